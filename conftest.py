@@ -1,0 +1,40 @@
+"""Test-wide setup: tests run against whatever DATABASE_URL/REDIS_URL say (PostgreSQL and
+Redis in CI, SQLite when unset)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+os.environ.setdefault("PROOF_ENV", "test")
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(
+    request: pytest.FixtureRequest, django_test_environment: None, django_db_blocker: Any
+) -> Iterator[None]:
+    """On PostgreSQL, create and migrate the test database as the owner role, then point the
+    application role at it, so tests run under row-level security exactly as production."""
+    from django.db import connections
+    from django.test.utils import setup_databases, teardown_databases
+
+    with django_db_blocker.unblock():
+        if "owner" not in connections.settings:
+            old_config = setup_databases(verbosity=0, interactive=False)
+            yield
+            teardown_databases(old_config, verbosity=0)
+            return
+        owner = connections["owner"]
+        default = connections["default"]
+        original_name = owner.settings_dict["NAME"]
+        test_name = owner.creation.create_test_db(verbosity=0, autoclobber=True, serialize=False)
+        default.close()
+        default.settings_dict["NAME"] = test_name
+    yield
+    with django_db_blocker.unblock():
+        default.close()
+        owner.close()
+        owner.creation.destroy_test_db(original_name, verbosity=0)

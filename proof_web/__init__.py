@@ -1,0 +1,1 @@
+"""Proof's Django project: settings, URLs, ASGI, Celery and the `proof` command."""

@@ -1,0 +1,227 @@
+"""Django settings for Proof, read from the environment (see .env.example).
+
+Two shapes from one file:
+- embedded default (no DATABASE_URL, no REDIS_URL): SQLite in PROOF_DATA_DIR, Celery tasks run
+  in-process, an in-memory channel layer. Everything works on one machine, nothing scales.
+- production (DATABASE_URL and REDIS_URL set): PostgreSQL with row-level security, Redis as the
+  Celery broker and the Channels layer, separate web / ingest / worker / beat processes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from proof_web.env import (
+    EnvError,
+    env_bool,
+    env_choice,
+    env_database_url,
+    env_int,
+    env_list,
+    env_optional,
+    env_str,
+)
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+PROOF_ENV = env_choice("PROOF_ENV", "development", ("development", "production", "test"))
+IS_PRODUCTION = PROOF_ENV == "production"
+
+_INSECURE_DEFAULT_KEY = "proof-insecure-development-key-do-not-use-in-production"
+SECRET_KEY = env_str("PROOF_SECRET_KEY", _INSECURE_DEFAULT_KEY)
+DEBUG = env_bool("PROOF_DEBUG", not IS_PRODUCTION)
+
+if IS_PRODUCTION:
+    if DEBUG:
+        raise EnvError("PROOF_ENV=production refuses to start with PROOF_DEBUG on")
+    if SECRET_KEY == _INSECURE_DEFAULT_KEY or len(SECRET_KEY) < 50:
+        raise EnvError(
+            "PROOF_ENV=production needs PROOF_SECRET_KEY set to a random value of 50+ characters"
+        )
+
+ALLOWED_HOSTS = env_list("PROOF_ALLOWED_HOSTS", [] if IS_PRODUCTION else ["*"])
+if IS_PRODUCTION and not ALLOWED_HOSTS:
+    raise EnvError("PROOF_ENV=production needs PROOF_ALLOWED_HOSTS (comma-separated host names)")
+CSRF_TRUSTED_ORIGINS = env_list("PROOF_CSRF_TRUSTED_ORIGINS", [])
+
+DATA_DIR = Path(env_str("PROOF_DATA_DIR", str(BASE_DIR / ".data"))).resolve()
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "channels",
+    "proof_web",
+    "tenants",
+    "ingest",
+    "investigations",
+    "billing",
+    "frontend",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "tenants.middleware.TenantContextMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "proof_web.urls"
+WSGI_APPLICATION = "proof_web.wsgi.application"
+ASGI_APPLICATION = "proof_web.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+                "tenants.context_processors.principal",
+            ],
+        },
+    },
+]
+
+# --- Database -------------------------------------------------------------------------------
+# DATABASE_URL is the application's role: not the owner of any table, no BYPASSRLS, so
+# row-level security applies to every query it makes. DATABASE_OWNER_URL is the role that owns
+# the schema; `manage.py migrate` uses it (proof_web/management/commands/migrate.py).
+_app_db = env_database_url("DATABASE_URL")
+_owner_db = env_database_url("DATABASE_OWNER_URL")
+
+if _app_db is None:
+    DATA_DIR.mkdir(parents=True, exist_ok=True)
+    if _owner_db is not None:
+        raise EnvError("DATABASE_OWNER_URL is set but DATABASE_URL is not; set both or neither")
+    DATABASES: dict[str, dict[str, object]] = {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": str(DATA_DIR / "proof.sqlite3"),
+            "OPTIONS": {"timeout": 30, "init_command": "PRAGMA journal_mode=WAL;"},
+            "TEST": {"NAME": env_optional("PROOF_SQLITE_TEST_NAME")},
+        }
+    }
+else:
+    if _owner_db is None:
+        raise EnvError(
+            "DATABASE_URL is set but DATABASE_OWNER_URL is not: migrations must run as the "
+            "schema owner and the application as a restricted role"
+        )
+    if _owner_db.user == _app_db.user:
+        raise EnvError(
+            "DATABASE_URL and DATABASE_OWNER_URL use the same role "
+            f"({_app_db.user!r}); the application role must not own the tables"
+        )
+    # In tests the owner alias creates and migrates the test database and the app alias is
+    # pointed at it (conftest.py: django_db_setup), as in production.
+    DATABASES = {"default": _app_db.django(), "owner": _owner_db.django()}
+
+DATABASE_ROUTERS = ["proof_web.db_router.AppRoleRouter"]
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+IS_POSTGRES = _app_db is not None
+
+# --- Redis, Celery, Channels -----------------------------------------------------------------
+REDIS_URL = env_optional("REDIS_URL")
+EMBEDDED = REDIS_URL is None and _app_db is None
+
+CELERY_BROKER_URL = REDIS_URL or "memory://"
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_ALWAYS_EAGER = REDIS_URL is None
+CELERY_TASK_EAGER_PROPAGATES = True
+CELERY_TASK_ACKS_LATE = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TIMEZONE = "UTC"
+
+if REDIS_URL:
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [REDIS_URL]},
+        }
+    }
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": REDIS_URL,
+            "KEY_PREFIX": "proof",
+        }
+    }
+else:
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+
+# --- Auth ------------------------------------------------------------------------------------
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "home"
+LOGOUT_REDIRECT_URL = "login"
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "tenants.api.authentication.ApiTokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["tenants.api.permissions.HasPrincipal"],
+    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "PAGE_SIZE": 100,
+    "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
+}
+
+# --- i18n, static ----------------------------------------------------------------------------
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+STATIC_URL = "static/"
+STATIC_ROOT = DATA_DIR / "static"
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {
+        "BACKEND": (
+            "whitenoise.storage.CompressedManifestStaticFilesStorage"
+            if IS_PRODUCTION
+            else "django.contrib.staticfiles.storage.StaticFilesStorage"
+        )
+    },
+}
+
+# --- Security (production) -------------------------------------------------------------------
+SESSION_COOKIE_HTTPONLY = True
+X_FRAME_OPTIONS = "DENY"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+if IS_PRODUCTION:
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_SSL_REDIRECT = env_bool("PROOF_SSL_REDIRECT", True)
+    SECURE_HSTS_SECONDS = env_int("PROOF_HSTS_SECONDS", 31536000, minimum=0)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = True
+    SECURE_HSTS_PRELOAD = True
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env_str("PROOF_LOG_LEVEL", "INFO")},
+    "loggers": {"django.db.backends": {"level": "WARNING"}},
+}

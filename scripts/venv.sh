@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Creates .venv (if missing) and installs Proof into it with the given extras (default: dev).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+extras="${1:-dev}"
+python="${PYTHON:-python3}"
+if [ ! -x .venv/bin/python ]; then
+  "$python" -m venv .venv
+  .venv/bin/pip install -q --upgrade pip
+fi
+.venv/bin/pip install -q -e ".[$extras]" 2>&1 | grep -v "^WARNING: Location" || true
+.venv/bin/python -c "import proof_web, agent" >/dev/null

@@ -1,0 +1,50 @@
+"""Who is asking: the principal every read and write is scoped by.
+
+A principal is resolved once per request (session user or API token) or per task (the
+operator id the task was given), and is the only thing `for_tenant()` accepts besides an
+operator. Fetch-by-id helpers here return 404 across tenants, never 403, so ids of other
+tenants' objects are not confirmed to exist.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TypeVar
+
+from django.db import models
+from django.http import Http404
+
+from tenants.models import CUSTOMER_ROLES, OPERATOR_ROLES, Role
+
+M = TypeVar("M", bound=models.Model)
+
+
+@dataclass(frozen=True)
+class Principal:
+    operator_id: int
+    customer_id: int | None
+    role: Role
+    can_write: bool
+    user_id: int | None = None
+    api_token_id: int | None = None
+
+    @property
+    def is_operator(self) -> bool:
+        return self.role in OPERATOR_ROLES
+
+    @property
+    def is_customer(self) -> bool:
+        return self.role in CUSTOMER_ROLES
+
+    @property
+    def is_admin(self) -> bool:
+        return self.role in (Role.OPERATOR_ADMIN, Role.CUSTOMER_ADMIN)
+
+
+def get_object_for_tenant(model: type[M], principal: Principal, **lookup: object) -> M:
+    """The object matching `lookup` among those the principal may see, else Http404."""
+    queryset = model.objects.for_tenant(principal)  # type: ignore[attr-defined]
+    try:
+        return queryset.get(**lookup)
+    except model.DoesNotExist:  # type: ignore[attr-defined]
+        raise Http404(f"No {model._meta.verbose_name} matches the given query.") from None

@@ -1,0 +1,76 @@
+"""The one scoped base for every API view.
+
+`TenantScopedViewSet.get_queryset` is final: it takes the subclass's `model`, applies
+`for_tenant(principal)` and only then lets the subclass narrow it with `scope_queryset()`.
+A subclass that defines get_queryset is refused at import time, so no endpoint can forget
+the tenant filter. The view body runs inside `tenant_context()` for the principal's operator
+(row-level security on PostgreSQL).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from django.db import models, transaction
+from django.db.models import QuerySet
+from rest_framework import viewsets
+from rest_framework.exceptions import NotAuthenticated
+from rest_framework.request import Request
+
+from tenants.access import Principal
+from tenants.context import activate_tenant_in_transaction
+
+
+def request_principal(request: Request) -> Principal:
+    principal = getattr(request, "principal", None)
+    if principal is None:
+        principal = getattr(request._request, "principal", None)
+    if not isinstance(principal, Principal):
+        raise NotAuthenticated(
+            "Authenticate with a session or an API token (Authorization: Bearer <token>)."
+        )
+    return principal
+
+
+class TenantScopedMixin:
+    model: ClassVar[type[models.Model]]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "get_queryset" in cls.__dict__ and cls.__name__ not in _BASES:
+            raise TypeError(
+                f"{cls.__qualname__} overrides get_queryset; override scope_queryset() instead "
+                "so the tenant filter cannot be skipped"
+            )
+
+    @property
+    def principal(self) -> Principal:
+        return request_principal(self.request)  # type: ignore[attr-defined]
+
+    def get_queryset(self) -> QuerySet[Any]:
+        queryset = self.model.objects.for_tenant(self.principal)  # type: ignore[attr-defined]
+        return self.scope_queryset(queryset)
+
+    def scope_queryset(self, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        return queryset
+
+    def dispatch(self, request: Any, *args: Any, **kwargs: Any) -> Any:
+        with transaction.atomic():
+            return super().dispatch(request, *args, **kwargs)  # type: ignore[misc]
+
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        super().initial(request, *args, **kwargs)  # type: ignore[misc]
+        principal = request_principal(request)
+        # Inside dispatch's transaction: the token's operator is the tenant from here on.
+        activate_tenant_in_transaction(principal.operator_id)
+
+
+_BASES = {"TenantScopedMixin", "TenantScopedViewSet", "TenantScopedReadOnlyViewSet"}
+
+
+class TenantScopedViewSet(TenantScopedMixin, viewsets.ModelViewSet):
+    pass
+
+
+class TenantScopedReadOnlyViewSet(TenantScopedMixin, viewsets.ReadOnlyModelViewSet):
+    pass

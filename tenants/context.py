@@ -1,0 +1,79 @@
+"""The current tenant on the database connection: the second wall behind for_tenant().
+
+On PostgreSQL every tenant-owned table has a policy that compares its operator column with the
+transaction-local setting `proof.operator_id` (tenants/rls.py). `tenant_context()` opens a
+transaction (or savepoint) and sets it with set_config(..., is_local => true), so it can never
+leak to the next request or task that reuses the pooled connection. Outside any context the
+setting is empty and tenant-owned tables read as empty: the wall fails closed.
+
+`system_context()` is for the few deliberate cross-tenant reads: resolving a token or a
+session's membership to its operator, fleet-wide periodic fan-out, the staff admin site.
+On SQLite (embedded default) both are plain transactions; for_tenant() is the only wall.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from django.db import connections, transaction
+
+OPERATOR_SETTING = "proof.operator_id"
+SYSTEM_SETTING = "proof.system"
+
+
+def _swap_setting(using: str, name: str, value: str) -> str:
+    connection = connections[using]
+    if connection.vendor != "postgresql":
+        return ""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT coalesce(current_setting(%s, true), ''), set_config(%s, %s, true)",
+            [name, name, value],
+        )
+        previous = cursor.fetchone()[0]
+    return str(previous)
+
+
+@contextmanager
+def tenant_context(operator_id: int, using: str = "default") -> Iterator[None]:
+    """Run the block as operator `operator_id` (inside a transaction)."""
+    with transaction.atomic(using=using):
+        previous_operator = _swap_setting(using, OPERATOR_SETTING, str(int(operator_id)))
+        previous_system = _swap_setting(using, SYSTEM_SETTING, "")
+        # On an exception the transaction/savepoint rollback undoes set_config by itself.
+        yield
+        _swap_setting(using, OPERATOR_SETTING, previous_operator)
+        _swap_setting(using, SYSTEM_SETTING, previous_system)
+
+
+@contextmanager
+def system_context(using: str = "default") -> Iterator[None]:
+    """Run the block with cross-tenant visibility. Keep these blocks small and few."""
+    with transaction.atomic(using=using):
+        previous_system = _swap_setting(using, SYSTEM_SETTING, "on")
+        yield
+        _swap_setting(using, SYSTEM_SETTING, previous_system)
+
+
+def current_operator_id(using: str = "default") -> int | None:
+    """The operator set on this connection's transaction, if any (PostgreSQL only)."""
+    connection = connections[using]
+    if connection.vendor != "postgresql":
+        return None
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT current_setting(%s, true)", [OPERATOR_SETTING])
+        value = cursor.fetchone()[0]
+    return int(value) if value else None
+
+
+def activate_tenant_in_transaction(operator_id: int, using: str = "default") -> None:
+    """Set the tenant for the rest of the transaction already open on `using`.
+
+    For code that cannot wrap its work in tenant_context() because the tenant becomes known
+    only part-way through (DRF authenticates inside the view's transaction).
+    """
+    if not connections[using].in_atomic_block:
+        raise RuntimeError("activate_tenant_in_transaction() needs an open transaction")
+    _swap_setting(using, OPERATOR_SETTING, str(int(operator_id)))
+    _swap_setting(using, SYSTEM_SETTING, "")

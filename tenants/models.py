@@ -1,0 +1,135 @@
+"""Tenancy: operators (the paying tenants), their customers, users' memberships.
+
+Every tenant-owned model subclasses `TenantOwned`: it carries `operator` and gets the scoped
+manager whose `for_tenant(principal)` is the one permission filter of the project. On
+PostgreSQL each such table also has row-level security enabled and forced (tenants/rls.py).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from django.conf import settings
+from django.db import models
+
+if TYPE_CHECKING:
+    from tenants.access import Principal
+
+
+class Role(models.TextChoices):
+    OPERATOR_ADMIN = "operator_admin", "Operator admin"
+    OPERATOR_SUPPORT = "operator_support", "Operator support"
+    CUSTOMER_ADMIN = "customer_admin", "Customer admin"
+    CUSTOMER_VIEWER = "customer_viewer", "Customer viewer"
+
+
+OPERATOR_ROLES = frozenset({Role.OPERATOR_ADMIN, Role.OPERATOR_SUPPORT})
+CUSTOMER_ROLES = frozenset({Role.CUSTOMER_ADMIN, Role.CUSTOMER_VIEWER})
+
+
+class Operator(models.Model):
+    """A GPU cloud or data centre: the paying tenant. Its id is the RLS tenant key."""
+
+    name = models.CharField(max_length=200)
+    slug = models.SlugField(max_length=64, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class TenantQuerySet(models.QuerySet):
+    def for_tenant(self, principal: Principal | Operator | int) -> TenantQuerySet:
+        """Rows the principal may see: the operator's, narrowed to one customer's for
+        customer principals (via the model's `customer_path`; none if it has none)."""
+        from tenants.access import Principal
+
+        if isinstance(principal, Principal):
+            qs = self.filter(operator_id=principal.operator_id)
+            if principal.customer_id is None:
+                return qs
+            path = getattr(self.model, "customer_path", None)
+            if path is None:
+                return qs.none()
+            lookup = "pk" if path in ("id", "pk") else f"{path}_id"
+            return qs.filter(**{lookup: principal.customer_id})
+        operator_id = principal.pk if isinstance(principal, Operator) else int(principal)
+        return self.filter(operator_id=operator_id)
+
+
+class TenantManager(models.Manager.from_queryset(TenantQuerySet)):  # type: ignore[misc]
+    pass
+
+
+class TenantOwned(models.Model):
+    """Base of every tenant-owned model.
+
+    `customer_path` names the lookup from this model to its Customer (e.g. "customer" or
+    "job__customer"); models without one are operator-only and invisible to customer roles.
+    """
+
+    operator = models.ForeignKey(Operator, on_delete=models.CASCADE, related_name="+")
+
+    customer_path: ClassVar[str | None] = None
+
+    objects: ClassVar[Any] = TenantManager()
+
+    class Meta:
+        abstract = True
+
+
+class Customer(TenantOwned):
+    """An operator's client (an ML team). Belongs to exactly one operator."""
+
+    name = models.CharField(max_length=200)
+    slug = models.SlugField(max_length=64)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    customer_path: ClassVar[str | None] = "id"
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.UniqueConstraint(fields=["operator", "slug"], name="customer_slug_per_operator")
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Membership(TenantOwned):
+    """A user's role at one operator, or at one of its customers (customer roles only)."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="membership"
+    )
+    customer = models.ForeignKey(
+        Customer, on_delete=models.CASCADE, null=True, blank=True, related_name="memberships"
+    )
+    role = models.CharField(max_length=32, choices=Role.choices)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    customer_path: ClassVar[str | None] = "customer"
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=(
+                    models.Q(
+                        role__in=[Role.OPERATOR_ADMIN, Role.OPERATOR_SUPPORT],
+                        customer__isnull=True,
+                    )
+                    | models.Q(
+                        role__in=[Role.CUSTOMER_ADMIN, Role.CUSTOMER_VIEWER],
+                        customer__isnull=False,
+                    )
+                ),
+                name="membership_role_matches_scope",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} as {self.role}"

@@ -1,0 +1,86 @@
+"""Row-level security for every tenant-owned table, applied in one place.
+
+After each migrate (post_migrate, as the owner role) every table of a `TenantOwned` model,
+the operator table itself, and every table registered with `register_rls_table()` (raw-SQL
+tables such as ingest's partitioned sample chunks) gets RLS enabled and forced with one
+policy, and the application role gets DML grants. tests/test_rls.py enumerates the catalog
+and fails if any table with an operator column lacks it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.apps import apps
+from django.conf import settings
+from django.db import connections
+
+POLICY_NAME = "proof_tenant_isolation"
+
+# table name -> tenant column; filled by register_rls_table() from apps' ready().
+_EXTRA_TABLES: dict[str, str] = {}
+
+
+def register_rls_table(table: str, column: str = "operator_id") -> None:
+    """Declare a table created outside the ORM models as tenant-owned."""
+    _EXTRA_TABLES[table] = column
+
+
+def tenant_tables() -> dict[str, str]:
+    """Every tenant-owned table → the column holding its operator id."""
+    from tenants.models import Operator, TenantOwned
+
+    tables: dict[str, str] = {Operator._meta.db_table: "id"}
+    for model in apps.get_models():
+        if issubclass(model, TenantOwned) and not model._meta.proxy:
+            tables[model._meta.db_table] = "operator_id"
+    tables.update(_EXTRA_TABLES)
+    return tables
+
+
+def policy_sql(table: str, column: str) -> list[str]:
+    predicate = (
+        "(current_setting('proof.system', true) = 'on' "
+        f"OR {column} = NULLIF(current_setting('proof.operator_id', true), '')::bigint)"
+    )
+    quoted = connections["default"].ops.quote_name(table)
+    return [
+        f"ALTER TABLE {quoted} ENABLE ROW LEVEL SECURITY",
+        f"ALTER TABLE {quoted} FORCE ROW LEVEL SECURITY",
+        f"DROP POLICY IF EXISTS {POLICY_NAME} ON {quoted}",
+        f"CREATE POLICY {POLICY_NAME} ON {quoted} USING {predicate} WITH CHECK {predicate}",
+    ]
+
+
+def app_role() -> str | None:
+    """The restricted role the application connects as (None on SQLite)."""
+    default = settings.DATABASES["default"]
+    if "postgresql" not in str(default["ENGINE"]):
+        return None
+    return str(default["USER"])
+
+
+def apply_rls(using: str) -> None:
+    connection = connections[using]
+    if connection.vendor != "postgresql":
+        return
+    role = app_role()
+    existing: set[str] = set(connection.introspection.table_names())
+    with connection.cursor() as cursor:
+        for table, column in tenant_tables().items():
+            if table not in existing:
+                continue
+            for statement in policy_sql(table, column):
+                cursor.execute(statement)
+        if role and role != connection.settings_dict["USER"]:
+            quoted_role = connection.ops.quote_name(role)
+            cursor.execute(f"GRANT USAGE ON SCHEMA public TO {quoted_role}")
+            cursor.execute(
+                "GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON ALL TABLES IN SCHEMA public "
+                f"TO {quoted_role}"
+            )
+            cursor.execute(f"GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA public TO {quoted_role}")
+
+
+def on_post_migrate(sender: Any, using: str = "default", **kwargs: Any) -> None:
+    apply_rls(using)
