@@ -79,7 +79,9 @@ def apply_rls(using: str) -> None:
                 "GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON ALL TABLES IN SCHEMA public "
                 f"TO {quoted_role}"
             )
-            cursor.execute(f"GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA public TO {quoted_role}")
+            cursor.execute(
+                f"GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA public TO {quoted_role}"
+            )
 
 
 def on_post_migrate(sender: Any, using: str = "default", **kwargs: Any) -> None:

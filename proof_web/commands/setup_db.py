@@ -62,12 +62,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"database {app.name}: exists")
     # Schema-level: the owner owns public so its migrations can create there; the app may only
     # use it. Table grants follow each migrate (tenants/rls.py).
-    with psycopg.connect(
-        admin_url.rsplit("/", 1)[0] + f"/{app.name}", autocommit=True
-    ) as conn:
-        conn.execute(
-            sql.SQL("ALTER SCHEMA public OWNER TO {}").format(sql.Identifier(owner.user))
-        )
+    with psycopg.connect(admin_url.rsplit("/", 1)[0] + f"/{app.name}", autocommit=True) as conn:
+        conn.execute(sql.SQL("ALTER SCHEMA public OWNER TO {}").format(sql.Identifier(owner.user)))
         conn.execute(sql.SQL("GRANT USAGE ON SCHEMA public TO {}").format(sql.Identifier(app.user)))
         conn.execute(sql.SQL("REVOKE CREATE ON SCHEMA public FROM PUBLIC"))
     return 0

@@ -8,16 +8,19 @@ from rest_framework.request import Request
 from tenants.access import Principal
 
 
+def _principal(request: Request) -> Principal | None:
+    principal = getattr(request, "principal", None) or getattr(request._request, "principal", None)
+    return principal if isinstance(principal, Principal) else None
+
+
 class HasPrincipal(BasePermission):
     """Authenticated as a member of an operator or customer; writes need a write scope."""
 
     message = "Authentication with an operator or customer principal is required."
 
     def has_permission(self, request: Request, view: Any) -> bool:
-        principal = getattr(request, "principal", None) or getattr(
-            request._request, "principal", None
-        )
-        if not isinstance(principal, Principal):
+        principal = _principal(request)
+        if principal is None:
             return False
         return request.method in SAFE_METHODS or principal.can_write
 
@@ -28,8 +31,8 @@ class IsOperatorPrincipal(HasPrincipal):
     def has_permission(self, request: Request, view: Any) -> bool:
         if not super().has_permission(request, view):
             return False
-        principal = getattr(request, "principal", None) or request._request.principal
-        return bool(principal.is_operator)
+        principal = _principal(request)
+        return principal is not None and principal.is_operator
 
 
 class IsAdminPrincipal(HasPrincipal):
@@ -38,5 +41,5 @@ class IsAdminPrincipal(HasPrincipal):
     def has_permission(self, request: Request, view: Any) -> bool:
         if not super().has_permission(request, view):
             return False
-        principal = getattr(request, "principal", None) or request._request.principal
-        return bool(principal.is_admin)
+        principal = _principal(request)
+        return principal is not None and principal.is_admin
