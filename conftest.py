@@ -30,6 +30,10 @@ def django_db_setup(
         owner = connections["owner"]
         default = connections["default"]
         original_name = owner.settings_dict["NAME"]
+        # One test database per pytest process, so concurrent runs on one machine never drop
+        # each other's database.
+        owner.settings_dict.setdefault("TEST", {})
+        owner.settings_dict["TEST"]["NAME"] = f"test_{original_name}_{os.getpid()}"
         test_name = owner.creation.create_test_db(verbosity=0, autoclobber=True, serialize=False)
         default.close()
         default.settings_dict["NAME"] = test_name
