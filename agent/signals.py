@@ -70,6 +70,14 @@ DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS = "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_RO
 DCGM_FI_DEV_ROW_REMAP_FAILURE = "DCGM_FI_DEV_ROW_REMAP_FAILURE"
 DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL = "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL"
 DCGM_FI_DEV_PCIE_REPLAY_COUNTER = "DCGM_FI_DEV_PCIE_REPLAY_COUNTER"
+# Extensions (DCGM names of quantities the NVML/DCGM collectors also read; DESIGN §4 allows new names).
+DCGM_FI_DEV_ECC_SBE_AGG_TOTAL = "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL"
+DCGM_FI_DEV_ECC_DBE_AGG_TOTAL = "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL"
+DCGM_FI_DEV_ROW_REMAP_PENDING = "DCGM_FI_DEV_ROW_REMAP_PENDING"
+DCGM_FI_PROF_PCIE_TX_BYTES = "DCGM_FI_PROF_PCIE_TX_BYTES"
+DCGM_FI_PROF_PCIE_RX_BYTES = "DCGM_FI_PROF_PCIE_RX_BYTES"
+DCGM_FI_PROF_NVLINK_TX_BYTES = "DCGM_FI_PROF_NVLINK_TX_BYTES"
+DCGM_FI_PROF_NVLINK_RX_BYTES = "DCGM_FI_PROF_NVLINK_RX_BYTES"
 
 # Throttle-reason bits of DCGM_FI_DEV_CLOCK_THROTTLE_REASONS (DESIGN §4).
 THROTTLE_SW_POWER_CAP = 0x4
@@ -135,6 +143,9 @@ EVENT_THROTTLE = "throttle"
 EVENT_LINK_DOWN = "link_down"
 EVENT_GPU_LOST = "gpu_lost"  # the GPU fell off the bus / stopped answering NVML
 EVENT_COLLECTOR_ERROR = "collector_error"  # a source failed; the agent keeps running
+# A process the agent saw (GPU process) is gone from /proc and its exit code is unknown (it was
+# not the agent's child); a known exit code is an `exit` record instead.
+EVENT_PROCESS_GONE = "process_gone"
 EVENT_NAMES: tuple[str, ...] = (
     EVENT_XID,
     EVENT_ECC_DBE,
@@ -142,6 +153,7 @@ EVENT_NAMES: tuple[str, ...] = (
     EVENT_LINK_DOWN,
     EVENT_GPU_LOST,
     EVENT_COLLECTOR_ERROR,
+    EVENT_PROCESS_GONE,
 )
 
 
@@ -183,6 +195,13 @@ SIGNALS: dict[str, SignalSpec] = {
             "NVLink CRC flit errors",
         ),
         _spec(DCGM_FI_DEV_PCIE_REPLAY_COUNTER, "replays", _G, _C, "PCIe replays"),
+        _spec(DCGM_FI_DEV_ECC_SBE_AGG_TOTAL, "errors", _G, _C, "single-bit ECC, lifetime"),
+        _spec(DCGM_FI_DEV_ECC_DBE_AGG_TOTAL, "errors", _G, _C, "double-bit ECC, lifetime"),
+        _spec(DCGM_FI_DEV_ROW_REMAP_PENDING, "flag", _G, _GA, "a remap waits for a GPU reset"),
+        _spec(DCGM_FI_PROF_PCIE_TX_BYTES, "B/s", _G, _GA, "PCIe bytes transmitted per second"),
+        _spec(DCGM_FI_PROF_PCIE_RX_BYTES, "B/s", _G, _GA, "PCIe bytes received per second"),
+        _spec(DCGM_FI_PROF_NVLINK_TX_BYTES, "B/s", _G, _GA, "NVLink bytes transmitted per second"),
+        _spec(DCGM_FI_PROF_NVLINK_RX_BYTES, "B/s", _G, _GA, "NVLink bytes received per second"),
         _spec(CUDA_LAUNCHES, "launches", _P, _IV, "kernel launches in the interval"),
         _spec(CUDA_LAUNCH_GAP_MAX_MS, "ms", _P, _IV, "longest gap between launches"),
         _spec(CUDA_SYNC_MS, "ms", _P, _IV, "host time blocked in synchronize calls"),
