@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 out="${1:-agent/wire}"
 python="${PYTHON:-.venv/bin/python}"
 mkdir -p "$out"
-"$python" -m grpc_tools.protoc -I proto --python_out="$out" --pyi_out="$out" \
+"$python" -m grpc_tools.protoc -I proto --python_out="$out" \
   --grpc_python_out="$out" proto/ingest.proto
 # protoc writes a top-level import; the generated modules live in the agent.wire package.
 sed -i 's/^import ingest_pb2 as /from agent.wire import ingest_pb2 as /' "$out/ingest_pb2_grpc.py"

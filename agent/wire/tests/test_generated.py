@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
-GENERATED = ("ingest_pb2.py", "ingest_pb2.pyi", "ingest_pb2_grpc.py")
+GENERATED = ("ingest_pb2.py", "ingest_pb2_grpc.py")
 
 
 def test_regenerating_gives_identical_files(tmp_path: Path) -> None:
