@@ -11,7 +11,9 @@ import importlib
 import sys
 
 # name -> (module, one-line help)
-SUBCOMMANDS: dict[str, tuple[str, str]] = {}
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "validate": ("agent.commands.validate", "check a trace file against format v1"),
+}
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,307 @@
+"""Trace records (DESIGN §5): typed, compact record classes and the per-line validation rules.
+
+Records are slotted dataclasses because they are the agent's hot path (one per reading, ~850 a
+second per node); every field past the type's required keys defaults to None and is omitted
+from the JSON. Keys a record does not know are kept in `extra` and written back unchanged, so a
+trace passes through the agent without losing anything.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from agent import signals
+
+FORMAT = "proof-trace"
+VERSION = 1
+
+TYPE_META = "meta"
+TYPE_SAMPLE = "sample"
+TYPE_EVENT = "event"
+TYPE_LOG = "log"
+TYPE_PROCESS = "process"
+TYPE_EXIT = "exit"
+TYPE_JOB = "job"
+RECORD_TYPES: tuple[str, ...] = (
+    TYPE_SAMPLE,
+    TYPE_EVENT,
+    TYPE_LOG,
+    TYPE_PROCESS,
+    TYPE_EXIT,
+    TYPE_JOB,
+)
+
+# Identity keys and their JSON types (DESIGN §3). `job` is a string even for numeric Slurm ids.
+IDENTITY_TYPES: dict[str, type] = {
+    signals.NODE: str,
+    signals.GPU: str,
+    signals.GPU_INDEX: int,
+    signals.PID: int,
+    signals.JOB: str,
+    signals.RANK: int,
+    signals.LOCAL_RANK: int,
+    signals.STEP: int,
+}
+
+# Kinds, worded to read after "must be".
+_NUM = "a finite number"
+_INT = "an integer"
+_STR = "a string"
+_OBJ = "an object"
+_STR_OR_LIST = "a string or a list of strings"
+
+# type -> ((required key, kind), ...) beyond `type` itself (DESIGN §5 table).
+REQUIRED_KEYS: dict[str, tuple[tuple[str, str], ...]] = {
+    TYPE_SAMPLE: (("ts", _NUM), ("name", _STR), ("value", _NUM)),
+    TYPE_EVENT: (("ts", _NUM), ("name", _STR)),
+    TYPE_LOG: (("ts", _NUM), ("line", _STR)),
+    TYPE_PROCESS: (("ts", _NUM), ("node", _STR), ("pid", _INT)),
+    TYPE_EXIT: (("ts", _NUM), ("node", _STR), ("pid", _INT), ("exit_code", _INT)),
+    TYPE_JOB: (("ts", _NUM), ("job", _STR)),
+}
+# Optional keys whose type is checked when present (unknown keys are never checked).
+OPTIONAL_KEYS: dict[str, dict[str, str]] = {
+    TYPE_SAMPLE: {},
+    TYPE_EVENT: {"value": _NUM, "text": _STR},
+    TYPE_LOG: {"stream": _STR},
+    TYPE_PROCESS: {"world_size": _INT, "cmd": _STR_OR_LIST},
+    TYPE_EXIT: {},
+    TYPE_JOB: {
+        "kind": _STR,
+        "name": _STR,
+        "world_size": _INT,
+        "scheduler": _STR,
+        "state": _STR,
+        "exit_code": _INT,
+        "config": _OBJ,
+        "rerun_of": _STR,
+    },
+}
+_IDENTITY_KINDS = {k: (_STR if t is str else _INT) for k, t in IDENTITY_TYPES.items()}
+
+
+def _kind_ok(value: Any, kind: str) -> bool:
+    t = type(value)
+    if kind == _NUM:
+        return (t is float and math.isfinite(value)) or t is int
+    if kind == _INT:
+        return t is int
+    if kind == _STR:
+        return t is str
+    if kind == _OBJ:
+        return t is dict
+    if kind == _STR_OR_LIST:
+        return t is str or (t is list and all(type(x) is str for x in value))
+    raise AssertionError(kind)
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"non-finite {value!r}"
+    return f"{type(value).__name__} {value!r}"[:80]
+
+
+def check_record(obj: Any) -> str | None:
+    """Why a decoded trace line is not a valid v1 record, or None when it is.
+
+    Unknown record types pass (they are kept or ignored, never an error); meta records are
+    checked by `check_meta`.
+    """
+    if type(obj) is not dict:
+        return f"a record must be a JSON object, got {type(obj).__name__}"
+    rtype = obj.get("type")
+    if type(rtype) is not str:
+        return "missing or non-string 'type'" if rtype is None else f"'type' is {_describe(rtype)}"
+    required = REQUIRED_KEYS.get(rtype)
+    if required is None:
+        if rtype == TYPE_META:
+            return check_meta(obj)
+        return None
+    for key, kind in required:
+        if key not in obj:
+            return f"{rtype} record is missing required key {key!r}"
+        if not _kind_ok(obj[key], kind):
+            return f"{rtype} record: {key!r} must be {kind}, got {_describe(obj[key])}"
+    for key, kind in OPTIONAL_KEYS[rtype].items():
+        value = obj.get(key)
+        if value is not None and not _kind_ok(value, kind):
+            return f"{rtype} record: {key!r} must be {kind}, got {_describe(value)}"
+    for key, kind in _IDENTITY_KINDS.items():
+        value = obj.get(key)
+        if value is not None and not _kind_ok(value, kind):
+            return f"identity key {key!r} must be {kind}, got {_describe(value)}"
+    labels = obj.get("labels")
+    if labels is not None:
+        if type(labels) is not dict:
+            return f"'labels' must be an object of strings, got {_describe(labels)}"
+        for lk, lv in labels.items():
+            if type(lv) is not str:
+                return f"labels[{lk!r}] must be a string, got {_describe(lv)}"
+    return None
+
+
+def check_meta(obj: Any) -> str | None:
+    """Why a decoded first line is not a valid v1 meta record, or None."""
+    if type(obj) is not dict or obj.get("type") != TYPE_META:
+        return "the first line must be the meta record {'type': 'meta', ...}"
+    if obj.get("format") != FORMAT:
+        return f"meta 'format' must be {FORMAT!r}, got {obj.get('format')!r}"
+    version = obj.get("version")
+    if version != VERSION or type(version) is not int:
+        return f"unsupported trace version {version!r} (this reader reads version {VERSION})"
+    return None
+
+
+# --- Typed records ------------------------------------------------------------------------------
+
+
+@dataclass(slots=True, kw_only=True)
+class _Base:
+    """Fields every record may carry: timestamp, identity keys, labels, unknown keys."""
+
+    TYPE: ClassVar[str] = ""
+    # Field names written before identity, in this order (after "type" and "ts").
+    BODY: ClassVar[tuple[str, ...]] = ()
+
+    ts: float
+    node: str | None = None
+    gpu: str | None = None
+    gpu_index: int | None = None
+    pid: int | None = None
+    job: str | None = None
+    rank: int | None = None
+    local_rank: int | None = None
+    step: int | None = None
+    labels: dict[str, str] | None = None
+    extra: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The record as its trace JSON object: None fields omitted, unknown keys kept."""
+        out: dict[str, Any] = {"type": self.TYPE, "ts": self.ts}
+        for key in self.BODY:
+            value = getattr(self, key)
+            if value is not None:
+                out[key] = value
+        for key in _IDENTITY_ORDER:
+            value = getattr(self, key)
+            if value is not None:
+                out[key] = value
+        if self.labels:
+            out["labels"] = self.labels
+        if self.extra:
+            for key, value in self.extra.items():
+                out.setdefault(key, value)
+        return out
+
+
+# Order of identity keys in written records (node first: it is what a reader groups by).
+_IDENTITY_ORDER: tuple[str, ...] = (
+    "node",
+    "gpu",
+    "gpu_index",
+    "pid",
+    "job",
+    "rank",
+    "local_rank",
+    "step",
+)
+
+
+@dataclass(slots=True, kw_only=True)
+class Sample(_Base):
+    TYPE: ClassVar[str] = TYPE_SAMPLE
+    BODY: ClassVar[tuple[str, ...]] = ("name", "value")
+    name: str
+    value: float
+
+
+@dataclass(slots=True, kw_only=True)
+class Event(_Base):
+    TYPE: ClassVar[str] = TYPE_EVENT
+    BODY: ClassVar[tuple[str, ...]] = ("name", "value", "text")
+    name: str
+    value: float | None = None
+    text: str | None = None
+
+
+@dataclass(slots=True, kw_only=True)
+class Log(_Base):
+    TYPE: ClassVar[str] = TYPE_LOG
+    BODY: ClassVar[tuple[str, ...]] = ("line", "stream")
+    line: str
+    stream: str | None = None
+
+
+@dataclass(slots=True, kw_only=True)
+class Process(_Base):
+    TYPE: ClassVar[str] = TYPE_PROCESS
+    BODY: ClassVar[tuple[str, ...]] = ("world_size", "cmd")
+    world_size: int | None = None
+    cmd: str | list[str] | None = None
+
+
+@dataclass(slots=True, kw_only=True)
+class Exit(_Base):
+    TYPE: ClassVar[str] = TYPE_EXIT
+    BODY: ClassVar[tuple[str, ...]] = ("exit_code",)
+    exit_code: int
+
+
+@dataclass(slots=True, kw_only=True)
+class Job(_Base):
+    TYPE: ClassVar[str] = TYPE_JOB
+    BODY: ClassVar[tuple[str, ...]] = (
+        "kind",
+        "name",
+        "nodes",
+        "world_size",
+        "scheduler",
+        "state",
+        "exit_code",
+        "config",
+        "rerun_of",
+    )
+    kind: str | None = None
+    name: str | None = None
+    nodes: Any = None  # a count or a list of hostnames: schedulers report either
+    world_size: int | None = None
+    scheduler: str | None = None
+    state: str | None = None
+    exit_code: int | None = None
+    config: dict[str, Any] | None = None
+    rerun_of: str | None = None
+
+
+Record = Sample | Event | Log | Process | Exit | Job
+
+RECORD_CLASSES: dict[str, type[_Base]] = {
+    cls.TYPE: cls for cls in (Sample, Event, Log, Process, Exit, Job)
+}
+_KNOWN_FIELDS: dict[str, frozenset[str]] = {
+    t: frozenset(("type", "ts", "labels", *_IDENTITY_ORDER, *cls.BODY))
+    for t, cls in RECORD_CLASSES.items()
+}
+
+
+def from_dict(obj: dict[str, Any]) -> Record | None:
+    """The typed record of a valid trace object (see `check_record`); None for unknown types."""
+    rtype = obj.get("type")
+    cls = RECORD_CLASSES.get(rtype)  # type: ignore[arg-type]
+    if cls is None:
+        return None
+    known = _KNOWN_FIELDS[rtype]  # type: ignore[index]
+    kwargs: dict[str, Any] = {}
+    extra: dict[str, Any] | None = None
+    for key, value in obj.items():
+        if key in known:
+            if key != "type":
+                kwargs[key] = value
+        else:
+            if extra is None:
+                extra = {}
+            extra[key] = value
+    if extra is not None:
+        kwargs["extra"] = extra
+    return cls(**kwargs)  # type: ignore[return-value]
