@@ -100,6 +100,15 @@ CUDA_SYNC_MS = "cuda.sync_ms"
 NCCL_CALLS = "nccl.calls"
 NCCL_BYTES = "nccl.bytes"
 HOST_CPU_UTIL = "host.cpu_util"  # process scope with a pid, node scope without
+# Extensions from the eBPF uprobes (docs/ebpf.md), one value per interval like the above.
+CUDA_SYNCS = "cuda.syncs"  # synchronize calls that returned in the interval
+CUDA_SYNC_MAX_MS = "cuda.sync_max_ms"  # longest single synchronize call
+CUDA_MEMCPY_CALLS = "cuda.memcpy_calls"  # labels.kind: htod, dtoh, dtod, peer, any
+CUDA_MEMCPY_BYTES = "cuda.memcpy_bytes"
+CUDA_MEMCPY_MS = "cuda.memcpy_ms"
+NCCL_MS = "nccl.ms"  # host time inside the NCCL call, labels.op
+NCCL_GROUPS = "nccl.groups"  # outermost ncclGroupStart/ncclGroupEnd pairs completed
+NCCL_GROUP_MS = "nccl.group_ms"  # time from outermost ncclGroupStart to ncclGroupEnd return
 NCCL_OPS: tuple[str, ...] = (
     "allreduce",
     "allgather",
@@ -207,6 +216,14 @@ SIGNALS: dict[str, SignalSpec] = {
         _spec(CUDA_SYNC_MS, "ms", _P, _IV, "host time blocked in synchronize calls"),
         _spec(NCCL_CALLS, "calls", _P, _IV, "NCCL collective calls (labels.op)"),
         _spec(NCCL_BYTES, "bytes", _P, _IV, "NCCL bytes by collective (labels.op)"),
+        _spec(CUDA_SYNCS, "calls", _P, _IV, "synchronize calls returned"),
+        _spec(CUDA_SYNC_MAX_MS, "ms", _P, _IV, "longest synchronize call"),
+        _spec(CUDA_MEMCPY_CALLS, "calls", _P, _IV, "cuMemcpy* calls (labels.kind)"),
+        _spec(CUDA_MEMCPY_BYTES, "bytes", _P, _IV, "cuMemcpy* bytes (labels.kind)"),
+        _spec(CUDA_MEMCPY_MS, "ms", _P, _IV, "host time in cuMemcpy* (labels.kind)"),
+        _spec(NCCL_MS, "ms", _P, _IV, "host time inside NCCL calls (labels.op)"),
+        _spec(NCCL_GROUPS, "groups", _P, _IV, "NCCL groups completed"),
+        _spec(NCCL_GROUP_MS, "ms", _P, _IV, "time in NCCL groups, start to end"),
         _spec(HOST_CPU_UTIL, "cores", _N, _GA, "CPU used (node: 0–1; process: cores)"),
         _spec(IB_PORT_XMIT_DATA, "bytes", _N, _C, "IB bytes transmitted"),
         _spec(IB_PORT_RCV_DATA, "bytes", _N, _C, "IB bytes received"),
