@@ -217,6 +217,17 @@ if IS_PRODUCTION:
     SESSION_COOKIE_SECURE = True
     CSRF_COOKIE_SECURE = True
 
+# --- Ingest (gRPC from agents; docs/ingest.md) ------------------------------------------------
+INGEST_TLS_CERT = env_optional("PROOF_INGEST_TLS_CERT")  # PEM paths; both or neither
+INGEST_TLS_KEY = env_optional("PROOF_INGEST_TLS_KEY")
+if (INGEST_TLS_CERT is None) != (INGEST_TLS_KEY is None):
+    raise EnvError("set both PROOF_INGEST_TLS_CERT and PROOF_INGEST_TLS_KEY, or neither")
+INGEST_MAX_BATCH_BYTES = env_int("PROOF_INGEST_MAX_BATCH_BYTES", 32 * 1024 * 1024, minimum=1024)
+INGEST_MAX_AGE_S = env_int("PROOF_INGEST_MAX_AGE_S", 7 * 86400, minimum=60)
+INGEST_MAX_FUTURE_S = env_int("PROOF_INGEST_MAX_FUTURE_S", 300, minimum=1)
+INGEST_RETENTION_DAYS = env_int("PROOF_INGEST_RETENTION_DAYS", 30, minimum=1)
+INGEST_QUEUE_DEPTH = env_int("PROOF_INGEST_QUEUE_DEPTH", 64, minimum=1)
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
