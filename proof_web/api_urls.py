@@ -2,6 +2,9 @@
 
 from rest_framework.routers import DefaultRouter
 
+from tenants.api.urls import register as register_tenants
+
 router = DefaultRouter()
+register_tenants(router)
 
 urlpatterns = router.urls

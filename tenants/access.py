@@ -41,6 +41,11 @@ class Principal:
         return self.role in (Role.OPERATOR_ADMIN, Role.CUSTOMER_ADMIN)
 
 
+def role_can_write(role: Role | str) -> bool:
+    """Whether a role may write at all (a token's scope can narrow it further)."""
+    return Role(role) in OPERATOR_ROLES or Role(role) == Role.CUSTOMER_ADMIN
+
+
 def get_object_for_tenant(model: type[M], principal: Principal, **lookup: object) -> M:
     """The object matching `lookup` among those the principal may see, else Http404."""
     queryset = model.objects.for_tenant(principal)  # type: ignore[attr-defined]

@@ -13,10 +13,14 @@ On SQLite (embedded default) both are plain transactions; for_tenant() is the on
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import functools
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any, TypeVar
 
 from django.db import connections, transaction
+
+R = TypeVar("R")
 
 OPERATOR_SETTING = "proof.operator_id"
 SYSTEM_SETTING = "proof.system"
@@ -77,3 +81,27 @@ def activate_tenant_in_transaction(operator_id: int, using: str = "default") -> 
         raise RuntimeError("activate_tenant_in_transaction() needs an open transaction")
     _swap_setting(using, OPERATOR_SETTING, str(int(operator_id)))
     _swap_setting(using, SYSTEM_SETTING, "")
+
+
+def tenant_task(func: Callable[..., R]) -> Callable[..., R]:
+    """Run a task body as the operator given as its first argument.
+
+    Celery tasks take ids, so the tenant is the first positional argument; put this under
+    `@shared_task`:
+
+        @shared_task
+        @tenant_task
+        def recompute(operator_id: int, job_id: int) -> None: ...
+    """
+
+    @functools.wraps(func)
+    def wrapper(operator_id: int, *args: Any, **kwargs: Any) -> R:
+        if isinstance(operator_id, bool) or not isinstance(operator_id, int):
+            raise TypeError(
+                f"{func.__qualname__}: the first argument must be the operator id (an int), "
+                f"got {operator_id!r}"
+            )
+        with tenant_context(operator_id):
+            return func(operator_id, *args, **kwargs)
+
+    return wrapper

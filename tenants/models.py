@@ -133,3 +133,109 @@ class Membership(TenantOwned):
 
     def __str__(self) -> str:
         return f"{self.user} as {self.role}"
+
+
+class TokenScope(models.TextChoices):
+    READ = "read", "Read only"
+    READ_WRITE = "read_write", "Read and write"
+
+
+class ApiToken(TenantOwned):
+    """A REST API credential, scoped to the operator or to one of its customers.
+
+    Only the SHA-256 of the secret is stored; the plaintext is shown once at creation and
+    `prefix` (its first characters) identifies it afterwards. `role` is the role the token acts
+    with — never above the role of whoever created it (tenants/services.py).
+    """
+
+    name = models.CharField(max_length=200)
+    customer = models.ForeignKey(
+        Customer, on_delete=models.CASCADE, null=True, blank=True, related_name="api_tokens"
+    )
+    role = models.CharField(max_length=32, choices=Role.choices)
+    scope = models.CharField(max_length=16, choices=TokenScope.choices)
+    prefix = models.CharField(max_length=32)
+    token_hash = models.CharField(max_length=64, unique=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    customer_path: ClassVar[str | None] = "customer"
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=(
+                    models.Q(
+                        role__in=[Role.OPERATOR_ADMIN, Role.OPERATOR_SUPPORT],
+                        customer__isnull=True,
+                    )
+                    | models.Q(
+                        role__in=[Role.CUSTOMER_ADMIN, Role.CUSTOMER_VIEWER],
+                        customer__isnull=False,
+                    )
+                ),
+                name="api_token_role_matches_scope",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…)"
+
+
+class AgentToken(TenantOwned):
+    """The credential node agents stream telemetry with; it alone names the tenant of the data.
+
+    Stored as SHA-256 of the secret; shown once at creation; revocable. Operator-only.
+    """
+
+    name = models.CharField(max_length=200)
+    prefix = models.CharField(max_length=32)
+    token_hash = models.CharField(max_length=64, unique=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…)"
+
+
+class MatchField(models.TextChoices):
+    SLURM_ACCOUNT = "slurm_account", "Slurm account"
+    SLURM_PARTITION = "slurm_partition", "Slurm partition"
+    SLURM_USER = "slurm_user", "Slurm user"
+    K8S_NAMESPACE = "k8s_namespace", "Kubernetes namespace"
+    JOB_ID_PREFIX = "job_id_prefix", "Job id prefix"
+
+
+class JobMappingRule(TenantOwned):
+    """Operator-set rule assigning jobs to a customer; the lowest `priority` that matches wins
+    (ties: the older rule). Applied by ingest through services.customer_for_job()."""
+
+    match_field = models.CharField(max_length=32, choices=MatchField.choices)
+    value = models.CharField(max_length=255)
+    customer = models.ForeignKey(Customer, on_delete=models.CASCADE, related_name="+")
+    priority = models.IntegerField(default=100)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["priority", "id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["operator", "match_field", "value"], name="job_mapping_rule_unique_match"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.match_field}={self.value} → {self.customer_id}"

@@ -3,8 +3,9 @@
 After each migrate (post_migrate, as the owner role) every table of a `TenantOwned` model,
 the operator table itself, and every table registered with `register_rls_table()` (raw-SQL
 tables such as ingest's partitioned sample chunks) gets RLS enabled and forced with one
-policy, and the application role gets DML grants. tests/test_rls.py enumerates the catalog
-and fails if any table with an operator column lacks it.
+policy, and the application role gets DML grants. Any other table the catalog shows with an
+`operator_id` column (partitions included) is covered too. tests/test_rls.py enumerates the
+catalog and fails if any table with an operator column lacks RLS.
 """
 
 from __future__ import annotations
@@ -52,6 +53,18 @@ def policy_sql(table: str, column: str) -> list[str]:
     ]
 
 
+CATALOG_OPERATOR_TABLES_SQL = """
+SELECT c.relname
+FROM pg_class c
+JOIN pg_namespace n ON n.oid = c.relnamespace
+JOIN pg_attribute a ON a.attrelid = c.oid
+WHERE n.nspname = current_schema()
+  AND c.relkind IN ('r', 'p')
+  AND a.attname = 'operator_id'
+  AND NOT a.attisdropped
+"""
+
+
 def app_role() -> str | None:
     """The restricted role the application connects as (None on SQLite)."""
     default = settings.DATABASES["default"]
@@ -67,7 +80,14 @@ def apply_rls(using: str) -> None:
     role = app_role()
     existing: set[str] = set(connection.introspection.table_names())
     with connection.cursor() as cursor:
-        for table, column in tenant_tables().items():
+        tables = tenant_tables()
+        # Any other table with an operator column (a partition, a raw-SQL table someone forgot
+        # to register) is tenant-owned too: cover it rather than leave it open.
+        cursor.execute(CATALOG_OPERATOR_TABLES_SQL)
+        for (table,) in cursor.fetchall():
+            tables.setdefault(table, "operator_id")
+            existing.add(table)
+        for table, column in tables.items():
             if table not in existing:
                 continue
             for statement in policy_sql(table, column):

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 
-from tenants.access import Principal
-from tenants.context import system_context
-from tenants.models import OPERATOR_ROLES, Membership, Role
+from tenants.access import Principal, role_can_write
+from tenants.context import system_context, tenant_context
+from tenants.models import Customer, Membership, Operator, Role
 
 
 def principal_for_user(user: AbstractBaseUser | AnonymousUser) -> Principal | None:
@@ -23,6 +23,25 @@ def principal_for_user(user: AbstractBaseUser | AnonymousUser) -> Principal | No
         operator_id=membership.operator_id,
         customer_id=membership.customer_id,
         role=role,
-        can_write=role in OPERATOR_ROLES or role == Role.CUSTOMER_ADMIN,
+        can_write=role_can_write(role),
         user_id=user.pk,
     )
+
+
+def operator_of(principal: Principal) -> Operator:
+    """The principal's operator (read in its own tenant context)."""
+    with tenant_context(principal.operator_id):
+        return Operator.objects.get(pk=principal.operator_id)
+
+
+def customers_for(principal: Principal) -> list[Customer]:
+    """The customers the principal may see: all of the operator's, or just its own."""
+    with tenant_context(principal.operator_id):
+        return list(Customer.objects.for_tenant(principal).order_by("name", "id"))
+
+
+def customer_of(principal: Principal) -> Customer | None:
+    if principal.customer_id is None:
+        return None
+    with tenant_context(principal.operator_id):
+        return Customer.objects.for_tenant(principal).filter(pk=principal.customer_id).first()

@@ -4,7 +4,8 @@
 `for_tenant(principal)` and only then lets the subclass narrow it with `scope_queryset()`.
 A subclass that defines get_queryset is refused at import time, so no endpoint can forget
 the tenant filter. The view body runs inside `tenant_context()` for the principal's operator
-(row-level security on PostgreSQL).
+(row-level security on PostgreSQL). Service errors become 400 (TenancyError) or 403
+(NotAllowed) with the service's message.
 """
 
 from __future__ import annotations
@@ -14,11 +15,13 @@ from typing import Any, ClassVar
 from django.db import models, transaction
 from django.db.models import QuerySet
 from rest_framework import viewsets
-from rest_framework.exceptions import NotAuthenticated
+from rest_framework.exceptions import NotAuthenticated, PermissionDenied, ValidationError
 from rest_framework.request import Request
+from rest_framework.response import Response
 
 from tenants.access import Principal
 from tenants.context import activate_tenant_in_transaction
+from tenants.services import NotAllowed, TenancyError
 
 
 def request_principal(request: Request) -> Principal:
@@ -63,6 +66,15 @@ class TenantScopedMixin:
         principal = request_principal(request)
         # Inside dispatch's transaction: the token's operator is the tenant from here on.
         activate_tenant_in_transaction(principal.operator_id)
+
+    def handle_exception(self, exc: Exception) -> Response:
+        # Services say what was wrong in their own terms; the API answers 403 for refusals
+        # and 400 for bad input, with the service's message.
+        if isinstance(exc, NotAllowed):
+            exc = PermissionDenied(str(exc))
+        elif isinstance(exc, TenancyError):
+            exc = ValidationError({"detail": str(exc)})
+        return super().handle_exception(exc)  # type: ignore[misc,no-any-return]
 
 
 _BASES = {"TenantScopedMixin", "TenantScopedViewSet", "TenantScopedReadOnlyViewSet"}

@@ -6,6 +6,7 @@ from rest_framework.permissions import SAFE_METHODS, BasePermission
 from rest_framework.request import Request
 
 from tenants.access import Principal
+from tenants.models import Role
 
 
 def _principal(request: Request) -> Principal | None:
@@ -43,3 +44,13 @@ class IsAdminPrincipal(HasPrincipal):
             return False
         principal = _principal(request)
         return principal is not None and principal.is_admin
+
+
+class IsOperatorAdminPrincipal(HasPrincipal):
+    message = "Only operator admins may use this endpoint."
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        if not super().has_permission(request, view):
+            return False
+        principal = _principal(request)
+        return principal is not None and principal.role == Role.OPERATOR_ADMIN

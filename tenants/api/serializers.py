@@ -1,0 +1,69 @@
+"""Shapes of the tenancy API. Writes go through tenants/services.py, never serializer.save()."""
+
+from __future__ import annotations
+
+from rest_framework import serializers
+
+from tenants.models import AgentToken, ApiToken, Customer, JobMappingRule, MatchField, TokenScope
+
+
+class CustomerSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Customer
+        fields = ["id", "name", "slug", "created_at"]
+        read_only_fields = fields
+
+
+class CustomerCreateSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=200)
+    slug = serializers.SlugField(max_length=64)
+
+
+class ApiTokenSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = ApiToken
+        fields = [
+            "id",
+            "name",
+            "prefix",
+            "customer",
+            "role",
+            "scope",
+            "created_at",
+            "expires_at",
+            "revoked_at",
+            "last_used_at",
+        ]
+        read_only_fields = fields
+
+
+class ApiTokenCreateSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=200)
+    scope = serializers.ChoiceField(choices=TokenScope.choices, default=TokenScope.READ)
+    customer = serializers.IntegerField(required=False, allow_null=True, default=None)
+    expires_at = serializers.DateTimeField(required=False, allow_null=True, default=None)
+
+
+class AgentTokenSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = AgentToken
+        fields = ["id", "name", "prefix", "created_at", "revoked_at", "last_used_at"]
+        read_only_fields = fields
+
+
+class AgentTokenCreateSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=200)
+
+
+class JobMappingRuleSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = JobMappingRule
+        fields = ["id", "match_field", "value", "customer", "priority", "created_at"]
+        read_only_fields = fields
+
+
+class JobMappingRuleWriteSerializer(serializers.Serializer):
+    match_field = serializers.ChoiceField(choices=MatchField.choices)
+    value = serializers.CharField(max_length=255)
+    customer = serializers.IntegerField()
+    priority = serializers.IntegerField(default=100)

@@ -1,0 +1,79 @@
+"""Test helpers any app may use: a whole tenant (operator, customer, one user per role) made
+through the real services, and API clients authenticated as those users or as tokens."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.contrib.auth.models import AbstractUser
+
+from tenants import services
+from tenants.access import Principal
+from tenants.models import Customer, Operator, Role, TokenScope
+from tenants.selectors import principal_for_user
+
+TEST_PASSWORD = "correct-horse-battery-staple-42"
+
+
+@dataclass
+class Tenant:
+    operator: Operator
+    customer: Customer
+    operator_admin: AbstractUser
+    operator_support: AbstractUser
+    customer_admin: AbstractUser
+    customer_viewer: AbstractUser
+
+    def principal(self, user: AbstractUser) -> Principal:
+        principal = principal_for_user(user)
+        assert principal is not None
+        return principal
+
+    def api_token(
+        self, user: AbstractUser, scope: str = TokenScope.READ_WRITE, customer_id: int | None = None
+    ) -> str:
+        _token, plaintext = services.do_create_api_token(
+            self.principal(user),
+            name=f"{user.username} token",
+            scope=scope,
+            customer_id=customer_id,
+        )
+        return plaintext
+
+
+def make_tenant(slug: str, customer_slug: str | None = None) -> Tenant:
+    """Operator `slug` with a customer and one user per role (usernames prefixed by slug)."""
+    operator, admin = services.do_create_operator(
+        name=f"Operator {slug}",
+        slug=slug,
+        admin_username=f"{slug}-op-admin",
+        admin_email=f"admin@{slug}.example",
+        admin_password=TEST_PASSWORD,
+    )
+    customer_slug = customer_slug or f"{slug}-customer"
+    customer = services.do_create_customer(
+        operator.pk, name=f"Customer {customer_slug}", slug=customer_slug
+    )
+    users = {}
+    for role, customer_id in (
+        (Role.OPERATOR_SUPPORT, None),
+        (Role.CUSTOMER_ADMIN, customer.pk),
+        (Role.CUSTOMER_VIEWER, customer.pk),
+    ):
+        membership = services.do_create_member(
+            operator_id=operator.pk,
+            username=f"{slug}-{role.value.replace('_', '-')}",
+            email="",
+            password=TEST_PASSWORD,
+            role=role,
+            customer_id=customer_id,
+        )
+        users[role] = membership.user
+    return Tenant(
+        operator=operator,
+        customer=customer,
+        operator_admin=admin,
+        operator_support=users[Role.OPERATOR_SUPPORT],
+        customer_admin=users[Role.CUSTOMER_ADMIN],
+        customer_viewer=users[Role.CUSTOMER_VIEWER],
+    )
