@@ -1,0 +1,157 @@
+"""Identity at collection time (DESIGN §3): key every record before it leaves the agent.
+
+Collectors know only what their source knows: eBPF knows a pid, NVML a GPU, a log tail a pid.
+`process` records (from NVML's running-process list joined with /proc/<pid>/environ, or the
+simulator) say which job, rank, local rank, world size and GPU a pid belongs to; the join keeps
+that map and fills the missing keys on every record that carries a pid or a GPU:
+
+- a record with a `pid` gets the pid's `job`, `rank`, `local_rank`, `gpu`, `gpu_index`;
+- a GPU record (`gpu` or `gpu_index`, no pid) gets the `job`, `rank`, `local_rank` of the
+  processes on that GPU, for each key only when they all agree (two jobs sharing a GPU leave it
+  unkeyed rather than wrongly keyed), and its missing `gpu`/`gpu_index` twin;
+- every record without a `node` gets the agent's node.
+
+Keys a record already has are never overwritten. `step` is not filled: it belongs to the log
+line or sample that reported it. A pid's entry outlives its `exit` record by `exit_grace_s`,
+because the last interval's eBPF readings for it may still be on their way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from agent import signals
+from agent.runtime.base import Record
+from agent.trace.records import TYPE_EXIT, TYPE_PROCESS
+
+_PID_KEYS: tuple[str, ...] = (
+    signals.JOB,
+    signals.RANK,
+    signals.LOCAL_RANK,
+    signals.GPU,
+    signals.GPU_INDEX,
+)
+_GPU_KEYS: tuple[str, ...] = (signals.JOB, signals.RANK, signals.LOCAL_RANK)
+_PROCESS_FACTS: tuple[str, ...] = (*_PID_KEYS, "world_size")
+_UNSET = object()
+
+
+class IdentityJoin:
+    def __init__(self, node: str | None = None, *, exit_grace_s: float = 30.0) -> None:
+        self.node = node
+        self.exit_grace_s = exit_grace_s
+        self._pids: dict[int, dict[str, Any]] = {}
+        self._gpu_index: dict[str, int] = {}  # uuid -> index
+        self._gpu_uuid: dict[int, str] = {}  # index -> uuid
+        self._gpu_ident: dict[str, dict[str, Any]] | None = None  # uuid -> agreed keys
+        self._expiry: dict[int, float] = {}  # pid -> when to forget it
+        self.filled = 0  # keys filled in, for the agent's stats
+
+    # --- what the join knows ----------------------------------------------------------------
+
+    def identity_of(self, pid: int) -> dict[str, Any] | None:
+        """What is known about `pid` (job, rank, local_rank, world_size, gpu, gpu_index)."""
+        ident = self._pids.get(pid)
+        return dict(ident) if ident is not None else None
+
+    def known_pids(self) -> list[int]:
+        return sorted(self._pids)
+
+    def learn_gpu(self, uuid: str, index: int) -> None:
+        """Tell the join a GPU's index (collectors learn it from NVML before any sample)."""
+        if self._gpu_index.get(uuid) != index:
+            self._gpu_index[uuid] = index
+            self._gpu_uuid[index] = uuid
+            self._gpu_ident = None
+
+    def _observe_process(self, rec: Record) -> None:
+        pid = rec[signals.PID]
+        ident = self._pids.setdefault(pid, {})
+        for key in _PROCESS_FACTS:
+            value = rec.get(key)
+            if value is not None:
+                ident[key] = value
+        self._expiry.pop(pid, None)
+        self._gpu_ident = None
+
+    def _gpu_agreement(self) -> dict[str, dict[str, Any]]:
+        if self._gpu_ident is None:
+            by_gpu: dict[str, dict[str, Any]] = {}
+            for ident in self._pids.values():
+                uuid = ident.get(signals.GPU)
+                if uuid is None:
+                    index = ident.get(signals.GPU_INDEX)
+                    uuid = self._gpu_uuid.get(index) if index is not None else None
+                if uuid is None:
+                    continue
+                agreed = by_gpu.setdefault(uuid, {})
+                for key in _GPU_KEYS:
+                    value = ident.get(key, _UNSET)
+                    if key not in agreed:
+                        agreed[key] = value
+                    elif agreed[key] != value:
+                        agreed[key] = _UNSET
+            self._gpu_ident = {
+                uuid: {k: v for k, v in agreed.items() if v is not _UNSET and v is not None}
+                for uuid, agreed in by_gpu.items()
+            }
+        return self._gpu_ident
+
+    # --- the join ----------------------------------------------------------------------------
+
+    def apply(self, records: Iterable[Record], now: float | None = None) -> None:
+        """Fill identity keys on `records` in place (process records first teach the map)."""
+        node = self.node
+        filled = 0
+        for rec in records:
+            rtype = rec.get("type")
+            if node is not None and signals.NODE not in rec:
+                rec[signals.NODE] = node
+            if rtype == TYPE_PROCESS:
+                self._observe_process(rec)
+            pid = rec.get(signals.PID)
+            if pid is not None:
+                ident = self._pids.get(pid)
+                if ident is not None:
+                    for key in _PID_KEYS:
+                        if key not in rec:
+                            value = ident.get(key)
+                            if value is not None:
+                                rec[key] = value
+                                filled += 1
+                if rtype == TYPE_EXIT and ident is not None:
+                    self._expiry[pid] = float(rec.get("ts", now or 0.0)) + self.exit_grace_s
+            gpu = rec.get(signals.GPU)
+            index = rec.get(signals.GPU_INDEX)
+            if gpu is not None:
+                if index is None:
+                    index = self._gpu_index.get(gpu)
+                    if index is not None:
+                        rec[signals.GPU_INDEX] = index
+                        filled += 1
+                elif self._gpu_index.get(gpu) != index:
+                    self.learn_gpu(gpu, index)
+            elif index is not None:
+                gpu = self._gpu_uuid.get(index)
+                if gpu is not None:
+                    rec[signals.GPU] = gpu
+                    filled += 1
+            if gpu is not None and pid is None:
+                agreed = self._gpu_agreement().get(gpu)
+                if agreed:
+                    for key, value in agreed.items():
+                        if key not in rec:
+                            rec[key] = value
+                            filled += 1
+        self.filled += filled
+        if self._expiry and now is not None:
+            self._forget_exited(now)
+
+    def _forget_exited(self, now: float) -> None:
+        gone = [pid for pid, when in self._expiry.items() if when <= now]
+        for pid in gone:
+            del self._expiry[pid]
+            self._pids.pop(pid, None)
+        if gone:
+            self._gpu_ident = None
