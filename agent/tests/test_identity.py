@@ -1,0 +1,255 @@
+"""Identity at collection time: environ/cgroup parsing on a fake proc tree, real /proc for a
+real child process, Slurm job records from the real captured scontrol/sacct output."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from agent import signals
+from agent.collectors.identity import (
+    IdentityCollector,
+    identity_from_env,
+    parse_environ,
+    pod_uid_from_cgroup,
+)
+from agent.collectors.nvml import GpuRef
+from agent.collectors.slurm import SlurmJobs
+from agent.trace.records import check_record
+
+NODE = "gpu-node-07"
+DATA = Path(__file__).parent / "data" / "slurm"
+G0 = GpuRef("GPU-aaaa", 0)
+G1 = GpuRef("GPU-bbbb", 1)
+
+
+def make_proc(
+    root: Path,
+    pid: int,
+    env: dict[str, str],
+    *,
+    start: int = 1000,
+    state: str = "S",
+    cmd: tuple[str, ...] = ("python", "train.py"),
+    cgroup: str = "0::/user.slice/user-1000.slice/session-1.scope\n",
+    exit_status: int = 0,
+) -> None:
+    d = root / str(pid)
+    d.mkdir(parents=True, exist_ok=True)
+    d.joinpath("environ").write_bytes(b"".join(f"{k}={v}".encode() + b"\0" for k, v in env.items()))
+    d.joinpath("cmdline").write_bytes(b"\0".join(c.encode() for c in cmd) + b"\0")
+    d.joinpath("cgroup").write_text(cgroup)
+    # 52 fields; the comm contains a space and a ')' to exercise the parser
+    fields = [state, "1", str(pid), str(pid)] + ["0"] * 15 + [str(start)] + ["0"] * 29
+    fields += [str(exit_status)]
+    d.joinpath("stat").write_text(f"{pid} (py thon)) " + " ".join(fields) + "\n")
+
+
+SLURM_ENV = {
+    "SLURM_JOB_ID": "4242",
+    "SLURM_PROCID": "3",
+    "SLURM_LOCALID": "1",
+    "SLURM_NTASKS": "16",
+    "SLURM_JOB_ACCOUNT": "project-a",
+    "SLURM_JOB_PARTITION": "gc3-h100",
+    "SLURM_JOB_USER": "alice",
+}
+
+
+def test_parse_environ_handles_nul_separation_and_bad_bytes() -> None:
+    env = parse_environ(b"A=1\0B=x=y\0\xffC=\xfe\0NOEQUALS\0\0")
+    assert env["A"] == "1" and env["B"] == "x=y"
+    assert "NOEQUALS" not in env
+    assert "\ufffdC" in env
+
+
+def test_rank_precedence_torchrun_under_srun() -> None:
+    env = {**SLURM_ENV, "RANK": "11", "LOCAL_RANK": "3", "WORLD_SIZE": "16"}
+    ident = identity_from_env(7, env)
+    assert (ident.job, ident.rank, ident.local_rank, ident.world_size) == ("4242", 11, 3, 16)
+    assert ident.scheduler == "slurm"
+    assert ident.labels["slurm_account"] == "project-a"
+
+
+def test_open_mpi_and_torchelastic() -> None:
+    ident = identity_from_env(
+        8,
+        {
+            "TORCHELASTIC_RUN_ID": "run-77",
+            "OMPI_COMM_WORLD_RANK": "5",
+            "OMPI_COMM_WORLD_LOCAL_RANK": "1",
+            "OMPI_COMM_WORLD_SIZE": "8",
+        },
+    )
+    assert (ident.job, ident.rank, ident.local_rank, ident.world_size) == ("run-77", 5, 1, 8)
+    assert identity_from_env(9, {"PMI_RANK": "2"}).rank == 2
+    assert identity_from_env(9, {"RANK": "not-a-number", "PMI_RANK": "4"}).rank == 4
+
+
+@pytest.mark.parametrize(
+    "cgroup",
+    [
+        "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod3f2e1c2d_7a1b_4c3d_9e8f_0123456789ab.slice/cri-containerd-abc.scope\n",
+        "11:memory:/kubepods/burstable/pod3f2e1c2d-7a1b-4c3d-9e8f-0123456789ab/abcdef\n",
+    ],
+)
+def test_pod_uid_from_cgroup(cgroup: str) -> None:
+    assert pod_uid_from_cgroup(cgroup) == "3f2e1c2d-7a1b-4c3d-9e8f-0123456789ab"
+
+
+def test_no_pod_outside_kubernetes() -> None:
+    assert pod_uid_from_cgroup("0::/user.slice/user-1000.slice\n") is None
+
+
+def test_process_records_exit_and_cache(tmp_path: Path) -> None:
+    make_proc(tmp_path, 100, {**SLURM_ENV, "RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "16"})
+    make_proc(
+        tmp_path,
+        200,
+        {"KUBERNETES_SERVICE_HOST": "10.0.0.1", "HOSTNAME": "trainer-0", "RANK": "0"},
+        cgroup="0::/kubepods/besteffort/pod11111111-2222-3333-4444-555555555555/c\n",
+    )
+    gpu_map = {100: [G0], 200: [G1]}
+    col = IdentityCollector(node=NODE, proc_root=tmp_path, gpu_pids=lambda: gpu_map)
+    first = col.collect(10.0)
+    procs = {r["pid"]: r for r in first if r["type"] == "process"}
+    for r in first:
+        assert check_record(r) is None, r
+    p = procs[100]
+    assert (p["job"], p["rank"], p["local_rank"], p["world_size"]) == ("4242", 3, 1, 16)
+    assert (p["gpu"], p["gpu_index"], p["node"]) == ("GPU-aaaa", 0, NODE)
+    assert p["cmd"] == ["python", "train.py"]
+    assert p["labels"]["scheduler"] == "slurm"
+    k = procs[200]
+    assert k["job"] == "11111111-2222-3333-4444-555555555555"
+    assert k["labels"]["k8s_pod"] == "trainer-0"
+    assert col.identity_of(100).rank == 3  # type: ignore[union-attr]
+
+    # unchanged → nothing new; environ is not read again (we delete it to prove it)
+    (tmp_path / "100" / "environ").unlink()
+    assert col.collect(11.0) == []
+
+    # GPUs of a process change → a new process record
+    gpu_map[100] = [G0, G1]
+    changed = [r for r in col.collect(12.0) if r["type"] == "process"]
+    assert len(changed) == 1 and changed[0]["labels"]["gpus"] == "GPU-aaaa,GPU-bbbb"
+
+    # process 200 disappears → process_gone (exit code unknown), with its identity
+    del gpu_map[200]
+    for f in (tmp_path / "200").iterdir():
+        f.unlink()
+    (tmp_path / "200").rmdir()
+    gone = col.collect(13.0)
+    assert [(r["type"], r["name"], r["pid"]) for r in gone] == [
+        ("event", signals.EVENT_PROCESS_GONE, 200)
+    ]
+    assert gone[0]["job"] == "11111111-2222-3333-4444-555555555555"
+
+    # a zombie's wait status is readable → a real exit record with exit code
+    make_proc(tmp_path, 100, SLURM_ENV, state="Z", exit_status=3 << 8)
+    ended = col.collect(14.0)
+    exits = [r for r in ended if r["type"] == "exit"]
+    assert exits and exits[0]["pid"] == 100 and exits[0]["exit_code"] == 3
+    assert check_record(exits[0]) is None
+
+
+def test_pid_reuse_is_a_new_process(tmp_path: Path) -> None:
+    make_proc(tmp_path, 300, {"RANK": "1"}, start=5000)
+    gpu_map = {300: [G0]}
+    col = IdentityCollector(node=NODE, proc_root=tmp_path, gpu_pids=lambda: gpu_map)
+    col.collect(1.0)
+    make_proc(tmp_path, 300, {"RANK": "9"}, start=9000)
+    records = col.collect(2.0)
+    assert [r["type"] for r in records] == ["event", "process"]
+    assert records[1]["rank"] == 9
+
+
+def test_real_child_process_exit_code_from_proc() -> None:
+    """A real child on the real /proc: seen while running, exit code read from its zombie."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(0.4); raise SystemExit(7)"],
+        env={"SLURM_JOB_ID": "777", "RANK": "2", "PATH": "/usr/bin:/bin"},
+    )
+    try:
+        col = IdentityCollector(node=NODE, gpu_pids=lambda: {child.pid: [G0]})
+        seen = col.collect(1.0)
+        assert seen[0]["type"] == "process"
+        assert (seen[0]["job"], seen[0]["rank"]) == ("777", 2)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            state = Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            if state == "Z":
+                break
+            time.sleep(0.05)
+        ended = col.collect(2.0)
+        assert [(r["type"], r.get("exit_code")) for r in ended] == [("exit", 7)]
+    finally:
+        child.wait()
+
+
+# --- Slurm -------------------------------------------------------------------------------------
+
+
+class FixtureRunner:
+    """Answers scontrol/sacct with real captured output; records what was asked."""
+
+    def __init__(self, scontrol: str | None, sacct: str | None) -> None:
+        self.scontrol, self.sacct = scontrol, sacct
+        self.asked: list[list[str]] = []
+
+    def __call__(self, argv: list[str]) -> str:
+        self.asked.append(argv)
+        text = self.scontrol if argv[0] == "scontrol" else self.sacct
+        if text is None:
+            raise RuntimeError(f"{argv[0]}: Invalid job id specified")
+        return text
+
+
+def test_slurm_job_records_when_job_appears_and_ends(tmp_path: Path) -> None:
+    runner = FixtureRunner(
+        (DATA / "scontrol_show_job_8xH100_gaia_redacted.txt").read_text(),
+        (DATA / "sacct_parsable_gpu_jobs_mn5.txt").read_text(),
+    )
+    slurm = SlurmJobs(runner, which=lambda cmd: f"/usr/bin/{cmd}")
+    make_proc(tmp_path, 100, {**SLURM_ENV, "SLURM_JOB_ID": "45985946"})
+    make_proc(tmp_path, 101, {**SLURM_ENV, "SLURM_JOB_ID": "45985946"})
+    gpu_map = {100: [G0], 101: [G1]}
+    col = IdentityCollector(node=NODE, proc_root=tmp_path, gpu_pids=lambda: gpu_map, slurm=slurm)
+    first = col.collect(1.0)
+    jobs = [r for r in first if r["type"] == "job"]
+    assert len(jobs) == 1  # once per job, not per process
+    job = jobs[0]
+    assert check_record(job) is None
+    assert (job["job"], job["state"], job["world_size"], job["nodes"]) == (
+        "45985946",
+        "running",
+        8,
+        1,
+    )
+    assert job["config"]["partition"] == "gc3-h100" and job["config"]["gpus"] == 8
+    assert runner.asked == [["scontrol", "show", "job", "-o", "45985946"]]
+
+    # last process gone → Slurm asked again; scontrol has forgotten it → sacct's final state
+    runner.scontrol = None
+    for pid in (100, 101):
+        for f in (tmp_path / str(pid)).iterdir():
+            f.unlink()
+    gpu_map.clear()
+    final = [r for r in col.collect(2.0) if r["type"] == "job"]
+    assert [(r["job"], r["state"], r["nodes"]) for r in final] == [("45985946", "failed", 2)]
+    assert runner.asked[-1][0] == "sacct"
+
+
+def test_no_slurm_on_node_asks_nothing(tmp_path: Path) -> None:
+    runner = FixtureRunner(None, None)
+    slurm = SlurmJobs(runner, which=lambda cmd: None)
+    make_proc(tmp_path, 100, SLURM_ENV)
+    col = IdentityCollector(
+        node=NODE, proc_root=tmp_path, gpu_pids=lambda: {100: [G0]}, slurm=slurm
+    )
+    assert [r["type"] for r in col.collect(1.0)] == ["process"]
+    assert runner.asked == []
