@@ -1,0 +1,174 @@
+"""DCGM bindings collector: field mapping, graceful absence, and the value path with a fake
+binding object shaped like DCGM's pydcgm (DCGM itself needs NVIDIA GPUs and a host engine)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from agent import signals
+from agent.collectors.dcgm import (
+    PROFILING_FIELDS,
+    Bindings,
+    DcgmCollector,
+    DcgmUnavailable,
+    load_bindings,
+)
+from agent.trace.records import check_record
+
+NODE = "gpu-node-07"
+
+
+def test_field_ids_map_to_design_names() -> None:
+    assert PROFILING_FIELDS[1001] == signals.DCGM_FI_PROF_GR_ENGINE_ACTIVE
+    assert PROFILING_FIELDS[1002] == signals.DCGM_FI_PROF_SM_ACTIVE
+    assert PROFILING_FIELDS[1003] == signals.DCGM_FI_PROF_SM_OCCUPANCY
+    assert PROFILING_FIELDS[1004] == signals.DCGM_FI_PROF_PIPE_TENSOR_ACTIVE
+    assert PROFILING_FIELDS[1005] == signals.DCGM_FI_PROF_DRAM_ACTIVE
+    assert PROFILING_FIELDS[1009] == "DCGM_FI_PROF_PCIE_TX_BYTES"
+    assert PROFILING_FIELDS[1012] == "DCGM_FI_PROF_NVLINK_RX_BYTES"
+    # the ids agree with dcgm-exporter's own field list (real file)
+    csv = (Path(__file__).parent / "data" / "dcgm" / "default-counters.csv").read_text()
+    for name in PROFILING_FIELDS.values():
+        if name.startswith("DCGM_FI_PROF_") and name in csv:
+            assert f"{name}," in csv
+
+
+def test_missing_bindings_reason(tmp_path: Path) -> None:
+    with pytest.raises(DcgmUnavailable, match="DCGM Python bindings not found"):
+        load_bindings([tmp_path / "nope"])
+    col = DcgmCollector(node=NODE, bindings_paths=[tmp_path / "nope"])
+    assert col.collect(1.0) == []
+    assert col.available is False
+    assert "not found" in (col.unavailable_reason or "")
+    assert str(tmp_path / "nope") in (col.unavailable_reason or "")
+
+
+def test_broken_bindings_reason(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "pydcgm.py").write_text(
+        "raise OSError('libdcgm.so.4: cannot open shared object')\n"
+    )
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.delitem(sys.modules, "pydcgm", raising=False)
+    col = DcgmCollector(node=NODE, bindings_paths=[tmp_path])
+    assert col.collect(1.0) == []
+    assert "failed to import" in (col.unavailable_reason or "")
+    assert "libdcgm.so.4" in (col.unavailable_reason or "")
+
+
+# --- a fake shaped like pydcgm ------------------------------------------------------------------
+
+
+class FieldValue:
+    """Like dcgm_field_helpers.DcgmFieldValue."""
+
+    def __init__(self, field_id: int, value: Any, ts: int, blank: bool = False) -> None:
+        self.fieldId, self.value, self.ts, self.isBlank = field_id, value, ts, blank
+
+
+class FakeDcgm:
+    def __init__(self, values: dict[int, dict[int, list[FieldValue]]], fail: str | None = None):
+        self.values = values
+        self.fail = fail
+        self.watched: list[tuple[Any, ...]] = []
+        fake = self
+
+        class DcgmHandle:
+            def __init__(self, ipAddress: str | None = None, opMode: int = 0) -> None:
+                if fake.fail == "connect":
+                    raise Exception("Host engine connection invalid/disconnected")
+                self.ipAddress, self.opMode = ipAddress, opMode
+
+            def GetSystem(self) -> Any:
+                attrs = {i: f"GPU-dcgm-{i}" for i in (0, 1)}
+                return SimpleNamespace(
+                    discovery=SimpleNamespace(
+                        GetGpuAttributes=lambda gpu_id: SimpleNamespace(
+                            identifiers=SimpleNamespace(uuid=attrs[gpu_id])
+                        )
+                    )
+                )
+
+        class Samples:
+            def WatchFields(self, fg: Any, freq: int, age: float, keep: int) -> None:
+                fake.watched.append((tuple(fg.fieldIds), freq, age, keep))
+
+            def GetLatest(self, fg: Any) -> Any:
+                if fake.fail == "read":
+                    raise Exception("Host engine connection invalid/disconnected")
+                return SimpleNamespace(values=fake.values)
+
+        class DcgmGroup:
+            def __init__(self, handle: Any, groupId: int | None = None) -> None:
+                self.groupId = groupId
+                self.samples = Samples()
+
+        class DcgmFieldGroup:
+            def __init__(self, handle: Any, name: str = "", fieldIds: list[int] | None = None):
+                self.name, self.fieldIds = name, fieldIds or []
+
+        self.bindings = Bindings(
+            pydcgm=SimpleNamespace(
+                DcgmHandle=DcgmHandle, DcgmGroup=DcgmGroup, DcgmFieldGroup=DcgmFieldGroup
+            ),
+            dcgm_structs=SimpleNamespace(
+                DCGM_GROUP_ALL_GPUS=0x7FFFFFFF, DCGM_OPERATION_MODE_AUTO=1
+            ),
+        )
+
+
+def test_values_become_samples_with_identity() -> None:
+    fake = FakeDcgm(
+        {
+            0: {
+                1001: [FieldValue(1001, 0.42, 1), FieldValue(1001, 0.97, 2)],
+                1004: [FieldValue(1004, 0.31, 2)],
+                1009: [FieldValue(1009, 123456789, 2)],
+                1005: [FieldValue(1005, None, 2, blank=True)],
+                150: [FieldValue(150, 55, 2)],  # not a profiling field we watch
+            },
+            1: {1002: [FieldValue(1002, 0.5, 2)]},
+        }
+    )
+    col = DcgmCollector(node=NODE, bindings=fake.bindings)
+    records = col.collect(50.0)
+    assert col.available is True
+    assert fake.watched == [(tuple(PROFILING_FIELDS), 1_000_000, 30.0, 0)]
+    got = {(r["gpu_index"], r["name"]): r["value"] for r in records}
+    assert got == {
+        (0, signals.DCGM_FI_PROF_GR_ENGINE_ACTIVE): 0.97,  # latest of the series
+        (0, signals.DCGM_FI_PROF_PIPE_TENSOR_ACTIVE): 0.31,
+        (0, "DCGM_FI_PROF_PCIE_TX_BYTES"): 123456789.0,
+        (1, signals.DCGM_FI_PROF_SM_ACTIVE): 0.5,
+    }
+    assert {r["gpu"] for r in records if r["gpu_index"] == 0} == {"GPU-dcgm-0"}
+    for r in records:
+        assert check_record(r) is None and r["node"] == NODE and r["ts"] == 50.0
+
+
+def test_uuid_from_nvml_preferred() -> None:
+    fake = FakeDcgm({0: {1001: [FieldValue(1001, 0.1, 1)]}})
+    col = DcgmCollector(node=NODE, bindings=fake.bindings, gpu_uuid=lambda i: f"GPU-nvml-{i}")
+    assert col.collect(1.0)[0]["gpu"] == "GPU-nvml-0"
+
+
+def test_host_engine_down_is_unavailable_with_reason() -> None:
+    fake = FakeDcgm({}, fail="connect")
+    col = DcgmCollector(node=NODE, bindings=fake.bindings, host="10.0.0.5")
+    assert col.collect(1.0) == []
+    assert "nv-hostengine" in (col.unavailable_reason or "")
+    assert "10.0.0.5" in (col.unavailable_reason or "")
+
+
+def test_read_failure_reported_once_then_recovers() -> None:
+    fake = FakeDcgm({0: {1001: [FieldValue(1001, 0.1, 1)]}}, fail="read")
+    col = DcgmCollector(node=NODE, bindings=fake.bindings)
+    first = col.collect(1.0)
+    assert [r["name"] for r in first] == [signals.EVENT_COLLECTOR_ERROR]
+    assert col.collect(2.0) == []
+    fake.fail = None
+    assert [r["name"] for r in col.collect(3.0)] == [signals.DCGM_FI_PROF_GR_ENGINE_ACTIVE]
