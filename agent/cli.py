@@ -13,6 +13,10 @@ import sys
 # name -> (module, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "validate": ("agent.commands.validate", "check a trace file against format v1"),
+    "exec": ("agent.commands.exec", "run a job command, tee and record its output"),
+    "doctor": ("agent.commands.doctor", "say which sources work on this node, and why not"),
+    "run": ("agent.commands.run", "run the node agent (collect, key, ship to ingest)"),
+    "record": ("agent.commands.record", "run the agent and write what it collects as a trace"),
 }
 
 

@@ -14,6 +14,9 @@ that map and fills the missing keys on every record that carries a pid or a GPU:
 Keys a record already has are never overwritten. `step` is not filled: it belongs to the log
 line or sample that reported it. A pid's entry outlives its `exit` record by `exit_grace_s`,
 because the last interval's eBPF readings for it may still be on their way.
+
+Pids and GPU indices are per node, so the maps are keyed by (node, pid) and (node, index): one
+join can serve records of several nodes (the simulated cluster played through one agent).
 """
 
 from __future__ import annotations
@@ -41,48 +44,50 @@ class IdentityJoin:
     def __init__(self, node: str | None = None, *, exit_grace_s: float = 30.0) -> None:
         self.node = node
         self.exit_grace_s = exit_grace_s
-        self._pids: dict[int, dict[str, Any]] = {}
-        self._gpu_index: dict[str, int] = {}  # uuid -> index
-        self._gpu_uuid: dict[int, str] = {}  # index -> uuid
+        self._pids: dict[tuple[str | None, int], dict[str, Any]] = {}
+        self._gpu_index: dict[str, int] = {}  # uuid -> index (UUIDs are globally unique)
+        self._gpu_uuid: dict[tuple[str | None, int], str] = {}  # (node, index) -> uuid
         self._gpu_ident: dict[str, dict[str, Any]] | None = None  # uuid -> agreed keys
-        self._expiry: dict[int, float] = {}  # pid -> when to forget it
+        self._expiry: dict[tuple[str | None, int], float] = {}  # (node, pid) -> forget at
         self.filled = 0  # keys filled in, for the agent's stats
 
     # --- what the join knows ----------------------------------------------------------------
 
-    def identity_of(self, pid: int) -> dict[str, Any] | None:
+    def identity_of(self, pid: int, node: str | None = None) -> dict[str, Any] | None:
         """What is known about `pid` (job, rank, local_rank, world_size, gpu, gpu_index)."""
-        ident = self._pids.get(pid)
+        ident = self._pids.get((node if node is not None else self.node, pid))
         return dict(ident) if ident is not None else None
 
     def known_pids(self) -> list[int]:
-        return sorted(self._pids)
+        return sorted(pid for _node, pid in self._pids)
 
-    def learn_gpu(self, uuid: str, index: int) -> None:
+    def learn_gpu(self, uuid: str, index: int, node: str | None = None) -> None:
         """Tell the join a GPU's index (collectors learn it from NVML before any sample)."""
-        if self._gpu_index.get(uuid) != index:
+        node = node if node is not None else self.node
+        if self._gpu_index.get(uuid) != index or self._gpu_uuid.get((node, index)) != uuid:
             self._gpu_index[uuid] = index
-            self._gpu_uuid[index] = uuid
+            self._gpu_uuid[(node, index)] = uuid
             self._gpu_ident = None
 
     def _observe_process(self, rec: Record) -> None:
         pid = rec[signals.PID]
-        ident = self._pids.setdefault(pid, {})
-        for key in _PROCESS_FACTS:
-            value = rec.get(key)
+        key = (rec.get(signals.NODE), pid)
+        ident = self._pids.setdefault(key, {})
+        for fact in _PROCESS_FACTS:
+            value = rec.get(fact)
             if value is not None:
-                ident[key] = value
-        self._expiry.pop(pid, None)
+                ident[fact] = value
+        self._expiry.pop(key, None)
         self._gpu_ident = None
 
     def _gpu_agreement(self) -> dict[str, dict[str, Any]]:
         if self._gpu_ident is None:
             by_gpu: dict[str, dict[str, Any]] = {}
-            for ident in self._pids.values():
+            for (node, _pid), ident in self._pids.items():
                 uuid = ident.get(signals.GPU)
                 if uuid is None:
                     index = ident.get(signals.GPU_INDEX)
-                    uuid = self._gpu_uuid.get(index) if index is not None else None
+                    uuid = self._gpu_uuid.get((node, index)) if index is not None else None
                 if uuid is None:
                     continue
                 agreed = by_gpu.setdefault(uuid, {})
@@ -111,8 +116,10 @@ class IdentityJoin:
             if rtype == TYPE_PROCESS:
                 self._observe_process(rec)
             pid = rec.get(signals.PID)
+            rnode = rec.get(signals.NODE)
             if pid is not None:
-                ident = self._pids.get(pid)
+                pkey = (rnode, pid)
+                ident = self._pids.get(pkey)
                 if ident is not None:
                     for key in _PID_KEYS:
                         if key not in rec:
@@ -121,7 +128,7 @@ class IdentityJoin:
                                 rec[key] = value
                                 filled += 1
                 if rtype == TYPE_EXIT and ident is not None:
-                    self._expiry[pid] = float(rec.get("ts", now or 0.0)) + self.exit_grace_s
+                    self._expiry[pkey] = float(rec.get("ts", now or 0.0)) + self.exit_grace_s
             gpu = rec.get(signals.GPU)
             index = rec.get(signals.GPU_INDEX)
             if gpu is not None:
@@ -131,9 +138,9 @@ class IdentityJoin:
                         rec[signals.GPU_INDEX] = index
                         filled += 1
                 elif self._gpu_index.get(gpu) != index:
-                    self.learn_gpu(gpu, index)
+                    self.learn_gpu(gpu, index, rnode)
             elif index is not None:
-                gpu = self._gpu_uuid.get(index)
+                gpu = self._gpu_uuid.get((rnode, index))
                 if gpu is not None:
                     rec[signals.GPU] = gpu
                     filled += 1
@@ -149,9 +156,9 @@ class IdentityJoin:
             self._forget_exited(now)
 
     def _forget_exited(self, now: float) -> None:
-        gone = [pid for pid, when in self._expiry.items() if when <= now]
-        for pid in gone:
-            del self._expiry[pid]
-            self._pids.pop(pid, None)
+        gone = [key for key, when in self._expiry.items() if when <= now]
+        for key in gone:
+            del self._expiry[key]
+            self._pids.pop(key, None)
         if gone:
             self._gpu_ident = None

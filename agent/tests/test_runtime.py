@@ -223,3 +223,28 @@ def test_accelerated_clock_runs_faster_than_real_time() -> None:
     clock = AcceleratedClock(T0, speed=1000)
     clock.sleep(5.0)  # 5 simulated seconds = 5 ms
     assert 5.0 <= clock.now() - T0 < 5.0 + 1000 * 0.5
+
+
+def test_process_seen_again_after_exit_is_kept() -> None:
+    join = IdentityJoin("n1", exit_grace_s=5)
+    join.apply([proc(10, 0, GPU_A)], T0)
+    join.apply([{"type": "exit", "ts": T0 + 1, "node": "n1", "pid": 10, "exit_code": 0}], T0 + 1)
+    join.apply([proc(10, 4, GPU_B, ts=T0 + 2)], T0 + 2)  # the pid was reused by a new rank
+    join.apply([], T0 + 60)
+    assert join.known_pids() == [10]
+    assert join.identity_of(10) == {
+        "job": "77",
+        "rank": 4,
+        "local_rank": 4,
+        "world_size": 16,
+        "gpu": GPU_B,
+    }
+
+
+def test_identity_join_keys_pids_per_node() -> None:
+    join = IdentityJoin()
+    join.apply([proc(10, 0, GPU_A), {**proc(10, 8, GPU_B), "node": "n2"}], T0)
+    a = {"type": "sample", "ts": T0, "name": "x", "value": 1, "pid": 10, "node": "n1"}
+    b = {**a, "node": "n2"}
+    join.apply([a, b], T0)
+    assert (a["rank"], b["rank"]) == (0, 8)

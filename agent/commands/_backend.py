@@ -1,0 +1,122 @@
+"""Options and assembly shared by `proof-agent run` and `proof-agent record`: which backend the
+collectors read (the simulated fleet, or this node's real sources), on which clock."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from agent.runtime import AcceleratedClock, Clock, Collector
+
+log = logging.getLogger(__name__)
+
+
+class BackendError(Exception):
+    """The requested backend cannot run here; the message says why."""
+
+
+def parse_speed(text: str) -> float:
+    if text in ("max", "0"):
+        return 0.0
+    try:
+        speed = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"speed must be a number or 'max', got {text!r}") from None
+    if speed <= 0:
+        raise argparse.ArgumentTypeError("speed must be > 0 (or 'max': no waiting)")
+    return speed
+
+
+def add_backend_arguments(parser: argparse.ArgumentParser, *, default_duration: float) -> None:
+    parser.add_argument(
+        "--backend",
+        choices=("sim",),
+        default="sim",
+        help="where the collectors read from: 'sim' = the simulated GPU fleet",
+    )
+    parser.add_argument("--scenario", default=None, help="simulator scenario (--backend sim)")
+    parser.add_argument("--seed", type=int, default=1, help="simulator seed (default 1)")
+    parser.add_argument(
+        "--duration",
+        type=float,
+        default=default_duration,
+        help=f"simulated seconds to run (default {default_duration:g})",
+    )
+    parser.add_argument(
+        "--speed",
+        type=parse_speed,
+        default=1.0,
+        help="clock speed-up: 60 = a simulated minute per second; 'max' = no waiting",
+    )
+    parser.add_argument(
+        "--node",
+        default=None,
+        help="play only this simulated node's records (default: every node through one agent)",
+    )
+    parser.add_argument("--nodes", type=int, default=None, help="simulated nodes")
+    parser.add_argument("--gpus-per-node", type=int, default=None, help="simulated GPUs per node")
+    parser.add_argument(
+        "--start-ts",
+        type=float,
+        default=None,
+        help="simulated start time, seconds since the epoch (default: now)",
+    )
+    parser.add_argument(
+        "--interval", type=float, default=1.0, help="collection interval, seconds (default 1)"
+    )
+
+
+@dataclass
+class Assembled:
+    collectors: list[Collector]
+    clock: Clock
+    node: str | None  # what the identity join stamps on records without a node
+    until: float | None  # clock time to stop at (None: until stopped)
+    meta: dict[str, Any]
+    truth: Any
+
+
+def assemble(args: argparse.Namespace) -> Assembled:
+    """Build the collectors and clock the command's arguments ask for."""
+    if args.backend == "sim":
+        return _assemble_sim(args)
+    raise BackendError(f"unknown backend {args.backend!r}")
+
+
+def _assemble_sim(args: argparse.Namespace) -> Assembled:
+    from agent.runtime.sim_backend import SimBackend
+
+    if not args.scenario:
+        raise BackendError("--backend sim needs --scenario (see `proof simulate --list`)")
+    try:
+        import agent.sim  # noqa: F401
+    except ImportError as exc:
+        raise BackendError(f"the simulator is not available: {exc}") from exc
+    start_ts = float(args.start_ts) if args.start_ts is not None else float(int(time.time()))
+    try:
+        backend = SimBackend.from_scenario(
+            args.scenario,
+            seed=args.seed,
+            duration_s=args.duration,
+            start_ts=start_ts,
+            node=args.node,
+            nodes=args.nodes,
+            gpus_per_node=args.gpus_per_node,
+        )
+    except KeyError as exc:  # agent.sim.UnknownScenario
+        raise BackendError(str(exc)) from exc
+    except ValueError as exc:
+        raise BackendError(f"simulator: {exc}") from exc
+    meta, truth = backend.trace_meta()
+    meta.update(seed=args.seed, recorded_by="proof-agent", speed=args.speed or "max")
+    return Assembled(
+        collectors=list(backend.collectors()),
+        clock=AcceleratedClock(start_ts, args.speed),
+        node=args.node,
+        until=backend.end_ts,
+        meta=meta,
+        truth=truth,
+    )

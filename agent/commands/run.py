@@ -1,0 +1,154 @@
+"""`proof-agent run`: the node agent — collect every interval, key, and ship to ingest.
+
+    proof-agent run --backend sim --scenario slow_rank --speed 60 --server ingest:7443 --token T
+
+With `--server` the records go to ingest over gRPC (the durable transport, with its on-disk
+spool); with `--out` to a trace file; with neither, each interval's record counts are printed
+(a dry run that shows the agent working). SIGTERM/SIGINT stop it cleanly after the current
+interval.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import signal
+import sys
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+from agent.commands._backend import BackendError, add_backend_arguments, assemble
+from agent.runtime import Agent, Record, Sink, TraceSink
+
+TRANSPORT_MODULE = "agent.transport.sink"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_backend_arguments(parser, default_duration=3600.0)
+    parser.add_argument("--server", default=None, help="ingest address HOST:PORT")
+    parser.add_argument("--token", default=None, help="agent token (from the console)")
+    parser.add_argument(
+        "--spool-dir",
+        default=None,
+        help="on-disk spool for unacknowledged batches (transport default when omitted)",
+    )
+    parser.add_argument("--out", default=None, help="also/instead write a trace file")
+    parser.add_argument(
+        "--print-every",
+        type=float,
+        default=10.0,
+        help="without --server/--out: print record counts every N clock seconds",
+    )
+
+
+class PrintSink:
+    """Prints how many records of each type the agent produced, every `every` clock seconds."""
+
+    def __init__(self, every: float) -> None:
+        self.every = every
+        self.counts: Counter[str] = Counter()
+        self.total = 0
+        self._window_start: float | None = None
+
+    def submit(self, records: Sequence[Record]) -> None:
+        for rec in records:
+            self.counts[rec.get("type", "?")] += 1
+        self.total += len(records)
+        if not records:
+            return
+        ts = records[-1]["ts"]
+        if self._window_start is None:
+            self._window_start = ts
+        elif ts - self._window_start >= self.every:
+            parts = ", ".join(f"{k} {v}" for k, v in sorted(self.counts.items()))
+            print(f"ts {ts:.0f}: {parts}", flush=True)
+            self.counts.clear()
+            self._window_start = ts
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class TeeSink:
+    def __init__(self, sinks: list[Sink]) -> None:
+        self.sinks = sinks
+
+    def submit(self, records: Sequence[Record]) -> None:
+        for sink in self.sinks:
+            sink.submit(records)
+
+    def flush(self) -> None:
+        for sink in self.sinks:
+            sink.flush()
+
+    def close(self) -> None:
+        for sink in self.sinks:
+            sink.close()
+
+
+def _transport_sink(args: argparse.Namespace, meta: dict[str, Any]) -> Sink:
+    if not args.token:
+        raise BackendError("--server needs --token (an agent token from the console)")
+    try:
+        module = importlib.import_module(TRANSPORT_MODULE)
+    except ModuleNotFoundError as exc:
+        if exc.name not in (TRANSPORT_MODULE, "agent.transport"):
+            raise
+        raise BackendError(
+            f"the gRPC transport ({TRANSPORT_MODULE}) is not available in this build yet; "
+            "use --out FILE to record a trace instead"
+        ) from exc
+    factory = getattr(module, "make_sink", None)
+    if factory is None:
+        raise BackendError(f"{TRANSPORT_MODULE} has no make_sink(); transport not available yet")
+    sink: Sink = factory(server=args.server, token=args.token, spool_dir=args.spool_dir, meta=meta)
+    return sink
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        assembled = assemble(args)
+        sinks: list[Sink] = []
+        if args.server:
+            sinks.append(_transport_sink(args, assembled.meta))
+        if args.out:
+            sinks.append(TraceSink(args.out, assembled.meta, truth=assembled.truth))
+        if not sinks:
+            sinks.append(PrintSink(args.print_every))
+    except BackendError as exc:
+        print(f"proof-agent run: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"proof-agent run: {exc}", file=sys.stderr)
+        return 2
+    sink: Sink = sinks[0] if len(sinks) == 1 else TeeSink(sinks)
+    agent = Agent(
+        assembled.collectors,
+        sink,
+        clock=assembled.clock,
+        interval=args.interval,
+        node=assembled.node,
+    )
+
+    def stop(signum: int, frame: object) -> None:
+        agent.stop()
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        stats = agent.run(until=assembled.until)
+    finally:
+        agent.close()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    print(
+        f"agent stopped after {stats.ticks} intervals, {stats.records} records, "
+        f"{stats.busy_s:.2f} s CPU in collection",
+        flush=True,
+    )
+    if stats.collector_errors:
+        print(f"collector errors: {stats.collector_errors}", file=sys.stderr)
+    return 0

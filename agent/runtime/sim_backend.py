@@ -1,0 +1,275 @@
+"""The `sim` backend: a simulated run played to the agent as its collectors would have read it.
+
+The simulator (`agent.sim.simulate`) produces a whole run's records in ts order. `SimBackend`
+releases them as the agent's clock passes their `ts`, routed to one collector per source the
+real agent has (NVML, DCGM profiling, eBPF, process table, scheduler, job logs, node counters,
+inference servers), so they flow through the real `Agent` loop, `IdentityJoin` and sink.
+
+To make the join do its real work, identity a collector could not have known is taken off
+before release (`strip_identity=True`): an eBPF or log record knows only its pid, so its job,
+rank, local rank and GPU are removed when the process table already says the same, and a GPU
+reading loses the job/rank of the single process on that GPU. The join must put them back;
+records whose identity the join could not restore are left as the simulator wrote them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, Protocol
+
+from agent import signals
+from agent.runtime.base import Record
+from agent.trace.records import TYPE_EVENT, TYPE_EXIT, TYPE_JOB, TYPE_LOG, TYPE_PROCESS, TYPE_SAMPLE
+
+SOURCE_NVML = "sim.nvml"
+SOURCE_DCGM = "sim.dcgm"
+SOURCE_EBPF = "sim.ebpf"
+SOURCE_PROCESSES = "sim.processes"
+SOURCE_SCHEDULER = "sim.scheduler"
+SOURCE_LOGS = "sim.logs"
+SOURCE_NODE = "sim.node"
+SOURCE_INFERENCE = "sim.inference"
+SOURCES: tuple[str, ...] = (
+    SOURCE_PROCESSES,
+    SOURCE_SCHEDULER,
+    SOURCE_NVML,
+    SOURCE_DCGM,
+    SOURCE_EBPF,
+    SOURCE_LOGS,
+    SOURCE_NODE,
+    SOURCE_INFERENCE,
+)
+_GPU_EVENTS = frozenset(
+    (signals.EVENT_XID, signals.EVENT_ECC_DBE, signals.EVENT_THROTTLE, signals.EVENT_GPU_LOST)
+)
+_PID_STRIP: tuple[str, ...] = (
+    signals.JOB,
+    signals.RANK,
+    signals.LOCAL_RANK,
+    signals.GPU,
+    signals.GPU_INDEX,
+)
+_GPU_STRIP: tuple[str, ...] = (signals.JOB, signals.RANK, signals.LOCAL_RANK)
+_AMBIGUOUS: dict[str, Any] = {}
+
+
+class SimRunLike(Protocol):
+    """What the backend needs of `agent.sim.SimRun`."""
+
+    meta: dict[str, Any]
+
+    def records(self) -> Iterator[dict[str, Any]]: ...
+
+
+SimulateFn = Callable[..., SimRunLike]
+
+
+def source_of(rec: Record) -> str:
+    """Which of the agent's collectors would have read this record."""
+    rtype = rec.get("type")
+    if rtype == TYPE_SAMPLE:
+        name: str = rec["name"]
+        if name.startswith("DCGM_FI_PROF_"):
+            return SOURCE_DCGM
+        if name.startswith("DCGM_"):
+            return SOURCE_NVML
+        if name.startswith(("vllm:", "sglang:", "tgi_", "inference.")):
+            return SOURCE_INFERENCE
+        if signals.PID in rec:
+            return SOURCE_EBPF
+        return SOURCE_NODE
+    if rtype == TYPE_LOG:
+        return SOURCE_LOGS
+    if rtype in (TYPE_PROCESS, TYPE_EXIT):
+        return SOURCE_PROCESSES
+    if rtype == TYPE_JOB:
+        return SOURCE_SCHEDULER
+    if rtype == TYPE_EVENT and rec.get("name") in _GPU_EVENTS:
+        return SOURCE_NVML
+    return SOURCE_NODE
+
+
+class SimFeed:
+    """Pulls a run's records in ts order and hands each source its share as time passes."""
+
+    def __init__(
+        self,
+        records: Iterable[Record],
+        *,
+        nodes: Iterable[str] | None = None,
+        strip_identity: bool = True,
+    ) -> None:
+        self._it = iter(records)
+        self._next: Record | None = None
+        self._done = False
+        self.nodes = frozenset(nodes) if nodes is not None else None
+        self.strip_identity = strip_identity
+        self._queues: dict[str, list[Record]] = {s: [] for s in SOURCES}
+        self._pids: dict[tuple[str | None, int], dict[str, Any]] = {}
+        self._gpus: dict[tuple[str | None, str], dict[str, Any]] = {}
+        self.released = 0
+        self.last_ts: float | None = None
+
+    @property
+    def exhausted(self) -> bool:
+        return self._done and self._next is None
+
+    def _pull(self) -> Record | None:
+        if self._next is None and not self._done:
+            self._next = next(self._it, None)
+            if self._next is None:
+                self._done = True
+        return self._next
+
+    def release(self, now: float) -> None:
+        """Route every record stamped at or before `now` to its source's queue."""
+        nodes = self.nodes
+        while True:
+            rec = self._pull()
+            if rec is None or rec["ts"] > now:
+                return
+            self._next = None
+            self.last_ts = rec["ts"]
+            node = rec.get(signals.NODE)
+            if nodes is not None and node is not None and node not in nodes:
+                continue
+            rec = dict(rec)  # the run's records may be shared; the agent mutates its own
+            if rec.get("type") == TYPE_PROCESS:
+                self._observe_process(rec)
+            self._queues[source_of(rec)].append(rec)
+            self.released += 1
+
+    def _observe_process(self, rec: Record) -> None:
+        node = rec.get(signals.NODE)
+        ident = {k: rec[k] for k in _PID_STRIP if k in rec}
+        self._pids[(node, rec[signals.PID])] = ident
+        gpu = ident.get(signals.GPU)
+        if gpu is not None:
+            gkey = (node, gpu)
+            known = self._gpus.get(gkey)
+            mine = {k: ident[k] for k in _GPU_STRIP if k in ident}
+            if known is None:
+                self._gpus[gkey] = mine
+            elif known is not _AMBIGUOUS and known != mine:
+                self._gpus[gkey] = _AMBIGUOUS  # shared GPU: the join will not guess
+
+    def _strip(self, rec: Record) -> None:
+        """Take off the identity the record's collector could not have known (see module doc).
+
+        Runs when a collector takes its records, after everything up to `now` was released,
+        so a process record stamped at the same instant as the first readings is known."""
+        rtype = rec.get("type")
+        if rtype in (TYPE_PROCESS, TYPE_EXIT, TYPE_JOB):
+            return
+        node = rec.get(signals.NODE)
+        pid = rec.get(signals.PID)
+        if pid is not None:
+            known_ident = self._pids.get((node, pid))
+            if known_ident:
+                for key in _PID_STRIP:
+                    if key in rec and rec[key] == known_ident.get(key):
+                        del rec[key]
+            return
+        gpu = rec.get(signals.GPU)
+        if gpu is not None:
+            agreed = self._gpus.get((node, gpu))
+            if agreed:
+                for key in _GPU_STRIP:
+                    if key in rec and rec[key] == agreed.get(key):
+                        del rec[key]
+
+    def take(self, source: str) -> list[Record]:
+        queue = self._queues[source]
+        if not queue:
+            return []
+        self._queues[source] = []
+        if self.strip_identity:
+            for rec in queue:
+                self._strip(rec)
+        return queue
+
+
+class SimCollector:
+    """One simulated source: what its real collector would have returned this interval."""
+
+    def __init__(self, feed: SimFeed, source: str) -> None:
+        self.feed = feed
+        self.name = source
+
+    def collect(self, now: float) -> list[Record]:
+        self.feed.release(now)
+        return self.feed.take(self.name)
+
+
+class SimBackend:
+    """A simulated run as the agent's collectors.
+
+    `node` limits it to one node's records (an agent runs per node); None plays every node
+    through one agent (the demo, `proof-agent record` of a whole simulated cluster).
+    """
+
+    def __init__(
+        self,
+        run: SimRunLike,
+        *,
+        node: str | None = None,
+        start_ts: float,
+        duration_s: float,
+        strip_identity: bool = True,
+    ) -> None:
+        self.run = run
+        self.node = node
+        self.start_ts = start_ts
+        self.duration_s = duration_s
+        self.feed = SimFeed(
+            run.records(),
+            nodes=None if node is None else (node,),
+            strip_identity=strip_identity,
+        )
+        self._collectors = [SimCollector(self.feed, source) for source in SOURCES]
+
+    @classmethod
+    def from_scenario(
+        cls,
+        scenario: str,
+        *,
+        seed: int,
+        duration_s: float,
+        start_ts: float,
+        node: str | None = None,
+        nodes: int | None = None,
+        gpus_per_node: int | None = None,
+        simulate: SimulateFn | None = None,
+    ) -> SimBackend:
+        if simulate is None:
+            from agent.sim import simulate as simulate_default
+
+            simulate = simulate_default
+        run = simulate(
+            scenario,
+            seed=seed,
+            duration_s=duration_s,
+            nodes=nodes,
+            gpus_per_node=gpus_per_node,
+            start_ts=start_ts,
+        )
+        return cls(run, node=node, start_ts=start_ts, duration_s=duration_s)
+
+    @property
+    def end_ts(self) -> float:
+        return self.start_ts + self.duration_s
+
+    def collectors(self) -> list[SimCollector]:
+        return list(self._collectors)
+
+    def trace_meta(self) -> tuple[dict[str, Any], Any]:
+        """(meta without truth, truth) for a trace of what this backend plays."""
+        meta = {
+            k: v
+            for k, v in self.run.meta.items()
+            if k not in ("type", "format", "version", "truth")
+        }
+        meta["backend"] = "sim"
+        if self.node is not None:
+            meta["node"] = self.node
+        return meta, self.run.meta.get("truth")

@@ -1,0 +1,242 @@
+"""The sim backend: simulated records flow through the real collectors' loop, identity join and
+sinks; `proof-agent record` writes a valid trace of them."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from agent import signals
+from agent.cli import main as agent_main
+from agent.runtime import AcceleratedClock, Agent, MemorySink, Record
+from agent.runtime.sim_backend import (
+    SOURCE_DCGM,
+    SOURCE_EBPF,
+    SOURCE_LOGS,
+    SOURCE_NVML,
+    SOURCE_PROCESSES,
+    SimBackend,
+    SimCollector,
+    source_of,
+)
+from agent.sim import SimRun
+from agent.sim.scenarios import ScenarioContext, register
+from agent.trace import TraceReader, validate_trace
+
+T0 = 1767225600.0
+TINY = "test_tiny_two_nodes"
+TRUTH = {"family": "slow_rank", "category": "infrastructure", "subject": {"rank": 3}}
+
+
+def build_tiny(ctx: ScenarioContext) -> SimRun:
+    """Two nodes x 2 GPUs, one job of 4 ranks: process records, GPU and eBPF samples with full
+    identity (as the simulator writes them), logs, an XID event and one rank exiting."""
+    n = ctx.n_samples
+    run = SimRun(
+        {"scenario": TINY, "kind": "training", "truth": TRUTH},
+        start_ts=ctx.start_ts,
+        n_samples=n,
+    )
+    gpu_rows: list[dict[str, Any]] = []
+    pid_rows: list[dict[str, Any]] = []
+    run.add({"type": "job", "ts": ctx.start_ts, "job": "900", "kind": "training", "world_size": 4})
+    for node_i in range(2):
+        node = f"tiny-{node_i}"
+        for g in range(2):
+            rank = node_i * 2 + g
+            gpu = gpu_of(rank)
+            pid = 1000 + g  # the same pids on both nodes, as on real clusters
+            ident = {"job": "900", "rank": rank, "local_rank": g}
+            run.add(
+                {
+                    "type": "process",
+                    "ts": ctx.start_ts,
+                    "node": node,
+                    "pid": pid,
+                    "world_size": 4,
+                    "gpu": gpu,
+                    **ident,
+                }
+            )
+            gpu_rows.append({"node": node, "gpu": gpu, "gpu_index": g, **ident})
+            pid_rows.append({"node": node, "pid": pid, "gpu": gpu, "gpu_index": g, **ident})
+            for s in range(0, n, 5):
+                run.add(
+                    {
+                        "type": "log",
+                        "ts": ctx.start_ts + s + 0.5,
+                        "node": node,
+                        "pid": pid,
+                        "line": f"step {s} loss {3.0 - s / 100:.3f}",
+                        "stream": "stdout",
+                        **ident,
+                    }
+                )
+    rng = ctx.rng
+    run.add_samples(signals.DCGM_FI_DEV_POWER_USAGE, 300 + 50 * rng.random((4, n)), gpu_rows)
+    run.add_samples(signals.DCGM_FI_PROF_PIPE_TENSOR_ACTIVE, rng.random((4, n)), gpu_rows)
+    run.add_samples(signals.CUDA_LAUNCHES, rng.integers(500, 900, (4, n)), pid_rows)
+    run.add(
+        {
+            "type": "event",
+            "ts": ctx.start_ts + 3.2,
+            "node": "tiny-1",
+            "gpu": gpu_rows[3]["gpu"],
+            "name": signals.EVENT_XID,
+            "value": 79,
+        }
+    )
+    run.add(
+        {"type": "exit", "ts": ctx.start_ts + n - 1, "node": "tiny-1", "pid": 1001, "exit_code": 1}
+    )
+    return run
+
+
+register(TINY, kind="training", family="slow_rank", description="test fixture, two nodes")(
+    build_tiny
+)
+
+
+def key(rec: Record) -> str:
+    return repr(sorted(rec.items()))
+
+
+def core(rec: Record) -> tuple[Any, ...]:
+    return tuple(rec.get(k) for k in ("type", "ts", "node", "pid", "name", "line", "value"))
+
+
+def gpu_of(rank: int) -> str:
+    return f"GPU-{rank:08d}-0000-0000-0000-000000000000"
+
+
+def test_agent_output_equals_the_simulated_run(tmp_path: Path) -> None:
+    import agent.sim
+
+    original = list(agent.sim.simulate(TINY, seed=3, duration_s=20, start_ts=T0).records())
+    backend = SimBackend.from_scenario(TINY, seed=3, duration_s=20, start_ts=T0)
+    sink = MemorySink()
+    agent_ = Agent(backend.collectors(), sink, clock=AcceleratedClock(T0, speed=0))
+    stats = agent_.run(until=backend.end_ts)
+    assert backend.feed.exhausted
+    # Every sample came out with exactly the identity the simulator gave it: the join restored
+    # what the simulated collectors could not have known.
+    samples = [r for r in sink.records if r["type"] == "sample"]
+    assert Counter(map(key, samples)) == Counter(key(r) for r in original if r["type"] == "sample")
+    # Other records came out too, and the join keyed those carrying a pid (logs, exits) with
+    # the pid's job, rank and GPU, beyond what the simulator wrote on them.
+    others = [r for r in sink.records if r["type"] != "sample"]
+    assert Counter(map(core, others)) == Counter(core(r) for r in original if r["type"] != "sample")
+    for rec in others:
+        if "pid" in rec:
+            rank = (0 if rec["node"] == "tiny-0" else 2) + rec["pid"] - 1000
+            assert (rec["job"], rec["rank"], rec["gpu"]) == ("900", rank, gpu_of(rank))
+    assert stats.ticks == 21 and stats.collector_errors == {}
+    assert agent_.join.filled > 0
+    ts = [r["ts"] for r in sink.records]
+    assert ts == sorted(ts)
+
+
+def test_collectors_see_only_what_their_source_knows() -> None:
+    backend = SimBackend.from_scenario(TINY, seed=3, duration_s=5, start_ts=T0)
+    by_name: dict[str, SimCollector] = {c.name: c for c in backend.collectors()}
+    procs = by_name[SOURCE_PROCESSES].collect(T0)
+    assert len(procs) == 4 and all(r["rank"] is not None for r in procs)
+    ebpf = by_name[SOURCE_EBPF].collect(T0)
+    assert {r["name"] for r in ebpf} == {signals.CUDA_LAUNCHES}
+    # eBPF knows the pid, not the job, rank or GPU (the process table says those).
+    assert all(not {"job", "rank", "local_rank", "gpu"} & set(r) for r in ebpf)
+    nvml = by_name[SOURCE_NVML].collect(T0)
+    assert all("rank" not in r and "gpu_index" in r for r in nvml)
+    assert {source_of(r) for r in by_name[SOURCE_DCGM].collect(T0)} == {SOURCE_DCGM}
+    assert by_name[SOURCE_LOGS].collect(T0) == []  # the first log line is at T0 + 0.5
+    logs = by_name[SOURCE_LOGS].collect(T0 + 1)
+    assert len(logs) == 4 and all("rank" not in r for r in logs)
+    xid = by_name[SOURCE_NVML].collect(T0 + 4)
+    assert [r["value"] for r in xid if r["type"] == "event"] == [79]
+
+
+def test_single_node(tmp_path: Path) -> None:
+    backend = SimBackend.from_scenario(TINY, seed=3, duration_s=10, start_ts=T0, node="tiny-1")
+    sink = MemorySink()
+    Agent(backend.collectors(), sink, clock=AcceleratedClock(T0, speed=0), node="tiny-1").run(
+        until=backend.end_ts
+    )
+    nodes = Counter(r.get("node") for r in sink.records)
+    assert set(nodes) == {"tiny-1"}  # the job record (no node) is stamped with the agent's node
+    ranks = {r.get("rank") for r in sink.records if r["type"] == "sample"}
+    assert ranks == {2, 3}
+    assert backend.trace_meta()[0]["node"] == "tiny-1"
+
+
+def test_accelerated_clock_plays_in_compressed_real_time() -> None:
+    backend = SimBackend.from_scenario(TINY, seed=3, duration_s=30, start_ts=T0)
+    sink = MemorySink()
+    clock = AcceleratedClock(T0, speed=100)
+    started = time.monotonic()
+    Agent(backend.collectors(), sink, clock=clock).run(until=backend.end_ts)
+    elapsed = time.monotonic() - started
+    assert 0.25 <= elapsed < 3.0  # 30 simulated seconds at 100x: ~0.3 s
+    samples = [r for r in sink.records if r["type"] == "sample"]
+    assert len(samples) == 3 * 4 * 30
+
+
+def test_record_command_writes_a_valid_trace(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "rec.jsonl.gz"
+    code = agent_main(
+        [
+            "record",
+            "--out",
+            str(out),
+            "--backend",
+            "sim",
+            "--scenario",
+            TINY,
+            "--speed",
+            "max",
+            "--duration",
+            "12",
+            "--start-ts",
+            str(T0),
+            "--seed",
+            "5",
+        ]
+    )
+    assert code == 0
+    assert "wrote" in capsys.readouterr().out
+    report = validate_trace(out)
+    assert report.ok, report.problems
+    assert report.counts["sample"] == 3 * 4 * 12
+    assert report.counts["process"] == 4 and report.counts["exit"] == 1
+    meta = report.meta
+    assert meta is not None and meta["truth"] == TRUTH
+    assert meta["backend"] == "sim" and meta["scenario"] == TINY and meta["seed"] == 5
+    cuda = [r for r in TraceReader(out) if r.get("name") == signals.CUDA_LAUNCHES]
+    assert all(r["job"] == "900" and r["gpu"].startswith("GPU-") for r in cuda)
+    assert np.all(np.diff([r["ts"] for r in cuda]) >= 0)
+
+
+def test_record_command_errors_clearly(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = agent_main(["record", "--out", str(tmp_path / "x.jsonl"), "--scenario", "nope"])
+    assert code == 2
+    assert "unknown scenario 'nope'" in capsys.readouterr().err
+    code = agent_main(["record", "--out", str(tmp_path / "x.jsonl")])
+    assert code == 2
+    assert "needs --scenario" in capsys.readouterr().err
+
+
+def test_run_command_without_transport_prints_and_refuses_server_without_token(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    args = ["run", "--scenario", TINY, "--speed", "max", "--duration", "25"]
+    assert agent_main([*args, "--start-ts", str(T0), "--print-every", "10"]) == 0
+    out = capsys.readouterr().out
+    assert "sample" in out and "agent stopped after 26 intervals" in out
+    assert agent_main([*args, "--server", "localhost:1"]) == 2
+    assert "--server needs --token" in capsys.readouterr().err
