@@ -1,0 +1,130 @@
+"""InfiniBand / RoCE port counters from sysfs:
+`<sysfs>/class/infiniband/<device>/ports/<port>/counters/*` and `hw_counters/*`.
+
+Every counter is cumulative and reported as read (detectors take deltas), one sample per
+counter with `labels.device`, `labels.port` and `labels.link_layer` (InfiniBand / Ethernet,
+i.e. RoCE). The DESIGN §4 counters use their normative names (`ib.port_xmit_data`, …); every
+other file in `counters/` and `hw_counters/` is reported as `ib.<file name>`
+(e.g. `ib.out_of_buffer`, `ib.roce_adp_retrans`) unless `all_counters=False`.
+
+Units: `port_xmit_data` and `port_rcv_data` count 4-byte words (the IBA spec's "octets
+divided by 4"), so they are multiplied by 4 and reported in **bytes**. Counters that read
+"N/A" (some RoCE ports) are skipped.
+
+A port whose `state` leaves ACTIVE between two collects yields a `link_down` event.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+from agent import signals
+from agent.collectors._common import Record, WarnOnce, event
+
+log = logging.getLogger(__name__)
+
+NORMATIVE: dict[str, str] = {
+    "port_xmit_data": signals.IB_PORT_XMIT_DATA,
+    "port_rcv_data": signals.IB_PORT_RCV_DATA,
+    "port_xmit_wait": signals.IB_PORT_XMIT_WAIT,
+    "symbol_error": signals.IB_SYMBOL_ERROR,
+    "link_downed": signals.IB_LINK_DOWNED,
+    "link_error_recovery": signals.IB_LINK_ERROR_RECOVERY,
+    "port_rcv_errors": signals.IB_PORT_RCV_ERRORS,
+}
+WORD_COUNTERS = frozenset({"port_xmit_data", "port_rcv_data"})  # 4-byte words → bytes
+IB_PREFIX = "ib."
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path, encoding="ascii", errors="replace") as fh:
+            return fh.read().strip()
+    except OSError:
+        return None
+
+
+class InfinibandCollector:
+    name = "infiniband"
+
+    def __init__(self, sysfs_root: str | Path = "/sys", *, all_counters: bool = True) -> None:
+        self.root = Path(sysfs_root) / "class" / "infiniband"
+        self.all_counters = all_counters
+        self._warn = WarnOnce(log)
+        self._states: dict[tuple[str, str], str] = {}
+        self._names: dict[str, str] = {}
+
+    def _name(self, counter: str) -> str:
+        name = self._names.get(counter)
+        if name is None:
+            name = NORMATIVE.get(counter) or IB_PREFIX + counter
+            self._names[counter] = name
+        return name
+
+    def collect(self, now: float) -> list[Record]:
+        try:
+            devices = sorted(os.listdir(self.root))
+        except OSError as exc:
+            self._warn.fail("root", "no InfiniBand devices under %s: %s", self.root, exc)
+            return []
+        self._warn.ok("root")
+        out: list[Record] = []
+        for dev in devices:
+            ports_dir = self.root / dev / "ports"
+            try:
+                ports = sorted(os.listdir(ports_dir))
+            except OSError:
+                continue
+            for port in ports:
+                self._port(dev, port, str(ports_dir / port), now, out)
+        return out
+
+    def _port(self, dev: str, port: str, pdir: str, now: float, out: list[Record]) -> None:
+        # One labels dict per port, shared by its samples (read-only downstream; saves ~50
+        # dict builds per port per second).
+        labels = {"device": dev, "port": port}
+        link_layer = _read(pdir + "/link_layer")
+        if link_layer:
+            labels["link_layer"] = link_layer
+        state = _read(pdir + "/state")
+        if state is not None:
+            previous = self._states.get((dev, port))
+            self._states[(dev, port)] = state
+            if previous is not None and "ACTIVE" in previous and "ACTIVE" not in state:
+                out.append(
+                    event(
+                        now,
+                        signals.EVENT_LINK_DOWN,
+                        text=f"{dev} port {port}: {previous} -> {state}",
+                        labels=dict(labels),
+                    )
+                )
+        for sub in ("counters", "hw_counters"):
+            cdir = pdir + "/" + sub
+            try:
+                names = sorted(os.listdir(cdir))
+            except OSError:
+                continue
+            for counter in names:
+                if not self.all_counters and counter not in NORMATIVE:
+                    continue
+                text = _read(cdir + "/" + counter)
+                if text is None:
+                    continue
+                try:
+                    value = int(text)
+                except ValueError:
+                    continue  # "N/A (not available)" on some RoCE ports
+                if counter in WORD_COUNTERS:
+                    value *= 4
+                out.append(
+                    {
+                        "type": "sample",
+                        "ts": now,
+                        "name": self._name(counter),
+                        "value": value,
+                        "labels": labels,
+                    }
+                )
