@@ -1,0 +1,173 @@
+"""`proof demo`: the embedded stack with demo data, served on one machine.
+
+Migrates the database (SQLite in PROOF_DATA_DIR unless DATABASE_URL says otherwise), makes
+sure a demo operator, a customer and two users exist with known passwords, then serves the
+ASGI app with daphne and prints the URL and the logins. Safe to re-run: existing demo rows
+are reused and the demo passwords reset to the printed ones.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import socket
+import sys
+from dataclasses import dataclass
+
+DEMO_OPERATOR = ("Demo GPU Cloud", "demo-cloud")
+DEMO_CUSTOMER = ("Acme ML", "acme-ml")
+
+
+@dataclass(frozen=True)
+class DemoLogin:
+    username: str
+    password: str
+    role: str
+    sees: str
+
+
+DEMO_OPERATOR_ADMIN = DemoLogin(
+    "demo-operator", "proof-demo-operator", "operator_admin", "the whole fleet and every customer"
+)
+DEMO_CUSTOMER_VIEWER = DemoLogin(
+    "demo-customer", "proof-demo-customer", "customer_viewer", "only Acme ML's jobs"
+)
+DEMO_LOGINS = (DEMO_OPERATOR_ADMIN, DEMO_CUSTOMER_VIEWER)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8000, help="port to bind (default 8000)")
+    parser.add_argument(
+        "--setup-only",
+        action="store_true",
+        help="migrate and create the demo data, then exit without serving",
+    )
+
+
+def ensure_demo_data() -> dict[str, int]:
+    """Create the demo tenant and logins if missing; reset the demo passwords. Idempotent.
+
+    Returns the ids of what it ensured (operator, customer) for callers and tests.
+    """
+    from django.contrib.auth import get_user_model
+    from django.db import transaction
+
+    from tenants import services
+    from tenants.context import system_context
+    from tenants.models import Customer, Membership, Operator, Role
+
+    user_model = get_user_model()
+    name, slug = DEMO_OPERATOR
+    with transaction.atomic():
+        with system_context():
+            operator = Operator.objects.filter(slug=slug).first()
+        if operator is None:
+            operator, _admin = services.do_create_operator(
+                name=name,
+                slug=slug,
+                admin_username=DEMO_OPERATOR_ADMIN.username,
+                admin_email="",
+                admin_password=DEMO_OPERATOR_ADMIN.password,
+            )
+        customer_name, customer_slug = DEMO_CUSTOMER
+        with system_context():
+            customer = Customer.objects.filter(operator=operator, slug=customer_slug).first()
+        if customer is None:
+            customer = services.do_create_customer(
+                operator.pk, name=customer_name, slug=customer_slug
+            )
+        for login, customer_id in (
+            (DEMO_OPERATOR_ADMIN, None),
+            (DEMO_CUSTOMER_VIEWER, customer.pk),
+        ):
+            user = user_model.objects.filter(username=login.username).first()
+            if user is None:
+                user = user_model.objects.create_user(username=login.username)
+            user.set_password(login.password)
+            user.is_active = True
+            user.save()
+            with system_context():
+                membership = Membership.objects.filter(user=user).first()
+                wanted = (operator.pk, customer_id, login.role)
+                if (
+                    membership is not None
+                    and (
+                        membership.operator_id,
+                        membership.customer_id,
+                        membership.role,
+                    )
+                    != wanted
+                ):
+                    membership.delete()  # someone changed the demo user: put it back
+                    membership = None
+            if membership is None:
+                services.do_add_membership(
+                    operator_id=operator.pk,
+                    user=user,
+                    role=Role(login.role),
+                    customer_id=customer_id,
+                )
+    return {"operator_id": operator.pk, "customer_id": customer.pk}
+
+
+def _port_free(host: str, port: int) -> str | None:
+    """None if host:port can be bound, else why not."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                return f"port {port} on {host} is already in use (another proof demo?)"
+            return f"cannot bind {host}:{port}: {exc.strerror}"
+    return None
+
+
+def run(args: argparse.Namespace) -> int:
+    import django
+
+    django.setup()
+    from django.conf import settings
+    from django.core.management import call_command
+
+    if not 0 < args.port < 65536:
+        print(f"proof demo: --port {args.port} is not a TCP port (1-65535)", file=sys.stderr)
+        return 2
+    database = settings.DATABASES["default"]
+    where = (
+        f"SQLite at {database['NAME']}"
+        if "sqlite" in str(database["ENGINE"])
+        else f"PostgreSQL database {database['NAME']}"
+    )
+    print(f"proof demo: migrating ({where})", flush=True)
+    call_command("migrate", interactive=False, verbosity=0)
+    ensure_demo_data()
+    if args.setup_only:
+        print("proof demo: demo data ready")
+        _print_logins(None)
+        return 0
+    problem = _port_free(args.host, args.port)
+    if problem:
+        print(f"proof demo: {problem}; pass --port to use another", file=sys.stderr)
+        return 1
+    host_in_url = f"[{args.host}]" if ":" in args.host else args.host
+    url = f"http://{host_in_url}:{args.port}/"
+    _print_logins(url)
+    from daphne.cli import CommandLineInterface
+
+    CommandLineInterface().run(
+        ["--bind", args.host, "--port", str(args.port), "proof_web.asgi:application"]
+    )
+    return 0
+
+
+def _print_logins(url: str | None) -> None:
+    if url:
+        print(f"\nProof is running at {url}  (Ctrl-C stops it)")
+    print("Sign in with:")
+    for login in DEMO_LOGINS:
+        print(f"  {login.username:<15} password {login.password:<22} sees {login.sees}")
+    if url:
+        print(f"Sign-in page: {url}login/   API: {url}api/v1/\n", flush=True)

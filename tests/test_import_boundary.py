@@ -1,0 +1,132 @@
+"""The agent installs and imports without the server stack.
+
+A GPU node runs `pip install proof[agent]` and `proof-agent`; nothing there may need Django,
+Celery, DRF, Channels or a PostgreSQL driver. Checked two ways: every agent module imports in
+a fresh interpreter where those packages cannot be imported, and the dependencies the agent
+install pulls name none of them. Hardware libraries (bcc, DCGM bindings) must be imported
+lazily by the collectors that use them, so they are not excused here either.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+SERVER_ONLY = ("django", "celery", "psycopg", "rest_framework", "channels", "daphne", "kombu")
+FORBIDDEN_DISTRIBUTIONS = re.compile(
+    r"^(django.*|djangorestframework.*|celery.*|psycopg.*|channels.*|daphne|kombu)$"
+)
+
+_PROBE = r"""
+import importlib, importlib.abc, json, pkgutil, sys, traceback
+
+BLOCKED = set(sys.argv[1].split(","))
+
+class BlockServerStack(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in BLOCKED:
+            raise ImportError(f"{name} is server-only and must not be imported by the agent")
+        return None
+
+sys.meta_path.insert(0, BlockServerStack())
+failures = {}
+imported = []
+
+def record(name):
+    failures[name] = traceback.format_exc(limit=-3)
+
+import agent
+
+for info in pkgutil.walk_packages(agent.__path__, "agent.", onerror=record):
+    name = info.name
+    if ".tests" in name or name.endswith(("_test", ".conftest")):
+        continue
+    try:
+        importlib.import_module(name)
+        imported.append(name)
+    except BaseException:
+        record(name)
+
+leaked = sorted(m for m in sys.modules if m.split(".")[0] in BLOCKED)
+print(json.dumps({"imported": imported, "failures": failures, "leaked": leaked}))
+"""
+
+
+def test_every_agent_module_imports_without_the_server_stack() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
+    result = subprocess.run(
+        [sys.executable, "-c", _PROBE, ",".join(SERVER_ONLY)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert "agent.cli" in report["imported"] and "agent.signals" in report["imported"]
+    assert not report["failures"], (
+        "agent modules that fail to import without the server stack:\n"
+        + "\n".join(f"--- {name}\n{trace}" for name, trace in report["failures"].items())
+    )
+    assert report["leaked"] == []
+
+
+def test_the_probe_really_blocks_server_packages() -> None:
+    probe = (
+        _PROBE.split("failures = {}")[0] + "import django\n"  # must raise
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe, ",".join(SERVER_ONLY)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode != 0
+    assert "django is server-only" in result.stderr
+
+
+def _requirement_name(requirement: str) -> str:
+    match = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", requirement)
+    assert match, f"cannot parse requirement {requirement!r}"
+    return match.group(1).lower().replace("_", "-")
+
+
+def _agent_install_requirements() -> list[str]:
+    """Base dependencies plus the agent extra, following self-references like proof[x]."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    extras: dict[str, list[str]] = project.get("optional-dependencies", {})
+    todo: list[str] = list(project["dependencies"])
+    seen_extras: set[str] = set()
+
+    def add_extra(extra: str) -> None:
+        if extra not in seen_extras:
+            seen_extras.add(extra)
+            todo.extend(extras.get(extra, []))
+
+    add_extra("agent")
+    names = []
+    while todo:
+        requirement = todo.pop()
+        name = _requirement_name(requirement)
+        if name == project["name"]:
+            inner = re.search(r"\[([^\]]+)\]", requirement)
+            for extra in inner.group(1).split(",") if inner else []:
+                add_extra(extra.strip())
+            continue
+        names.append(name)
+    return names
+
+
+def test_agent_install_pulls_no_server_dependencies() -> None:
+    names = _agent_install_requirements()
+    assert "grpcio" in names  # the parse found the real list
+    offending = [name for name in names if FORBIDDEN_DISTRIBUTIONS.match(name)]
+    assert offending == [], f"the agent install would pull server packages: {offending}"
