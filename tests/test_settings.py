@@ -166,3 +166,24 @@ def test_database_urls_parse_or_fail_clearly() -> None:
         env.parse_database_url("D", "postgres://host/db")
     with pytest.raises(env.EnvError, match=r"port .* is not a number"):
         env.parse_database_url("D", "postgres://app@host:port/db")
+
+
+def test_env_example_lists_every_variable_the_code_reads() -> None:
+    import re
+
+    pattern = re.compile(
+        r"env_(?:str|bool|int|float|list|choice|optional|database_url)\(\s*\"([A-Z][A-Z0-9_]*)\""
+    )
+    read: set[str] = set()
+    for path in (REPO / "proof_web").rglob("*.py"):
+        read |= set(pattern.findall(path.read_text()))
+    assert {"PROOF_SECRET_KEY", "DATABASE_URL", "PROOF_ADMIN_DATABASE_URL"} <= read
+    example = (REPO / ".env.example").read_text()
+    listed = set(re.findall(r"^([A-Z][A-Z0-9_]*)=", example, flags=re.MULTILINE))
+    missing = sorted(read - listed)
+    assert missing == [], f".env.example lacks (add each with a comment): {missing}"
+    # Each listed variable carries a comment on the line(s) just above it.
+    lines = example.splitlines()
+    for index, line in enumerate(lines):
+        if re.match(r"^[A-Z][A-Z0-9_]*=", line):
+            assert lines[index - 1].startswith(("#", "PROOF_INGEST_TLS_CERT=")), line
