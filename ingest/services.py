@@ -1,0 +1,524 @@
+"""Ingest's writes. Each public function owns its transaction and runs as the tenant.
+
+`store_batch()` is the whole processing of one validated batch: the receipt (idempotency),
+inventory (nodes, jobs with their customer, ranks, processes), the series catalog, the sample
+blocks, logs and events — all in one transaction, so a batch is either stored entirely and
+exactly once, or not at all.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from enum import Enum
+from typing import Any
+
+import numpy as np
+from django.db import connection, transaction
+from django.db.models import Max
+
+from ingest import blocks
+from ingest.models import (
+    BatchReceipt,
+    Event,
+    Gpu,
+    Job,
+    JobRank,
+    JobState,
+    LogLine,
+    Node,
+    Process,
+    Series,
+    SeriesRollup,
+)
+from ingest.processing import DecodedBatch, SeriesKey
+from ingest.storage import MAX_BLOCK_SPAN_MS, BlockRow, write_blocks
+from tenants import services as tenant_services
+from tenants.context import system_context, tenant_context
+
+HOUR_MS = 3_600_000
+TERMINAL_STATES = {JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED}
+
+
+class StoreStatus(Enum):
+    STORED = "stored"
+    DUPLICATE = "duplicate"
+
+
+@dataclass(frozen=True)
+class StoreOutcome:
+    status: StoreStatus
+    samples: int
+
+
+# Process-wide caches of ids that never change once committed. Entries are published only
+# after the transaction that created them commits (on_commit), so a rolled-back batch can
+# never leave an id here that points at nothing.
+_cache_lock = threading.Lock()
+_series_ids: dict[tuple[int, str], int] = {}
+_node_ids: dict[tuple[int, str], int] = {}
+
+
+def clear_caches() -> None:
+    with _cache_lock:
+        _series_ids.clear()
+        _node_ids.clear()
+
+
+def series_key_hash(key: SeriesKey) -> str:
+    return hashlib.blake2b(repr(tuple(key)).encode("utf-8"), digest_size=16).hexdigest()
+
+
+def _dt(ts_us: int) -> datetime:
+    return datetime.fromtimestamp(ts_us / 1e6, tz=UTC)
+
+
+def _publish(cache: dict[tuple[int, str], int], entries: dict[tuple[int, str], int]) -> None:
+    if not entries:
+        return
+
+    def publish() -> None:
+        with _cache_lock:
+            cache.update(entries)
+
+    transaction.on_commit(publish)
+
+
+# --- registration ----------------------------------------------------------------------------
+
+
+def register_agent(
+    operator_id: int,
+    *,
+    agent_id: str,
+    hostname: str,
+    agent_version: str,
+    gpus: Iterable[dict[str, Any]],
+    now: datetime | None = None,
+) -> tuple[str, int]:
+    """Record the node and its GPUs; returns (session id, highest stored sequence)."""
+    now = now or datetime.now(UTC)
+    with tenant_context(operator_id):
+        node, _ = Node.objects.update_or_create(
+            operator_id=operator_id,
+            hostname=hostname,
+            defaults={
+                "agent_id": agent_id,
+                "agent_version": agent_version,
+                "registered_at": now,
+                "last_seen_at": now,
+            },
+        )
+        for gpu in gpus:
+            Gpu.objects.update_or_create(
+                operator_id=operator_id,
+                uuid=gpu["uuid"],
+                defaults={
+                    **{k: v for k, v in gpu.items() if k != "uuid"},
+                    "node": node,
+                    "last_seen_at": now,
+                },
+            )
+        last = BatchReceipt.objects.filter(operator_id=operator_id, agent_id=agent_id).aggregate(
+            last=Max("sequence")
+        )["last"]
+    return uuid.uuid4().hex, int(last or 0)
+
+
+# --- batches ---------------------------------------------------------------------------------
+
+
+def store_batch(operator_id: int, batch: DecodedBatch, now: datetime | None = None) -> StoreOutcome:
+    """Store one validated batch for `operator_id` (the token's tenant, never the payload's)."""
+    now = now or datetime.now(UTC)
+    with tenant_context(operator_id):
+        if not _claim_receipt(operator_id, batch, now):
+            return StoreOutcome(StoreStatus.DUPLICATE, batch.sample_count)
+        node_ids = _ensure_nodes(operator_id, _node_names(batch), now)
+        job_ids = _ensure_jobs(operator_id, batch, now)
+        series_ids = _resolve_series(operator_id, batch.series, node_ids, job_ids)
+        write_blocks(_block_rows(operator_id, batch, series_ids, node_ids))
+        _store_logs(operator_id, batch, node_ids, job_ids)
+        _store_events(operator_id, batch, node_ids, job_ids)
+        _store_processes(operator_id, batch, node_ids, job_ids)
+    return StoreOutcome(StoreStatus.STORED, batch.sample_count)
+
+
+def _claim_receipt(operator_id: int, batch: DecodedBatch, now: datetime) -> bool:
+    """Insert the batch's receipt; False when (agent id, sequence) was stored before."""
+    table = BatchReceipt._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {table} (operator_id, agent_id, sequence, samples, received_at) "
+            "VALUES (%s, %s, %s, %s, %s) "
+            "ON CONFLICT (operator_id, agent_id, sequence) DO NOTHING RETURNING id",
+            [operator_id, batch.agent_id, batch.sequence, batch.sample_count, now],
+        )
+        return cursor.fetchone() is not None
+
+
+def _node_names(batch: DecodedBatch) -> set[str]:
+    names = {key.node for key in batch.series}
+    for records in (batch.logs, batch.events, batch.processes, batch.exits):
+        names.update(r["node"] for r in records)
+    return names
+
+
+def _ensure_nodes(operator_id: int, names: set[str], now: datetime) -> dict[str, int]:
+    found: dict[str, int] = {}
+    missing = []
+    for name in names:
+        node_id = _node_ids.get((operator_id, name))
+        if node_id is None:
+            missing.append(name)
+        else:
+            found[name] = node_id
+    if missing:
+        Node.objects.bulk_create(
+            [Node(operator_id=operator_id, hostname=n, last_seen_at=now) for n in missing],
+            ignore_conflicts=True,
+        )
+        fresh = dict(
+            Node.objects.filter(operator_id=operator_id, hostname__in=missing).values_list(
+                "hostname", "id"
+            )
+        )
+        found.update(fresh)
+        _publish(_node_ids, {(operator_id, n): i for n, i in fresh.items()})
+    return found
+
+
+def _job_refs(batch: DecodedBatch) -> set[str]:
+    refs = {key.job for key in batch.series if key.job}
+    for records in (batch.logs, batch.events, batch.processes, batch.exits):
+        refs.update(r["job"] for r in records if r["job"])
+    refs.update(j["job"] for j in batch.jobs)
+    return refs
+
+
+def _ensure_jobs(operator_id: int, batch: DecodedBatch, now: datetime) -> dict[str, int]:
+    refs = _job_refs(batch)
+    if not refs:
+        return {}
+    records = {j["job"]: j for j in batch.jobs}  # the last record per job wins
+    existing = dict(
+        Job.objects.filter(operator_id=operator_id, job_id__in=refs).values_list("job_id", "id")
+    )
+    missing = refs - existing.keys()
+    if missing:
+        new_jobs = []
+        for job_id in missing:
+            attrs = {**records.get(job_id, {}).get("attributes", {}), "job_id": job_id}
+            customer = tenant_services.customer_for_job(operator_id, attrs)
+            new_jobs.append(
+                Job(
+                    operator_id=operator_id,
+                    job_id=job_id,
+                    customer=customer,
+                    attributes=attrs,
+                    first_seen_at=now,
+                    last_seen_at=now,
+                    state=JobState.RUNNING,
+                )
+            )
+        Job.objects.bulk_create(new_jobs, ignore_conflicts=True)
+        existing.update(
+            Job.objects.filter(operator_id=operator_id, job_id__in=missing).values_list(
+                "job_id", "id"
+            )
+        )
+    for job_id, rec in records.items():
+        _apply_job_record(operator_id, existing[job_id], rec)
+    return existing
+
+
+def _apply_job_record(operator_id: int, pk: int, rec: dict[str, Any]) -> None:
+    job = Job.objects.select_for_update().get(pk=pk)
+    for name in ("kind", "name", "scheduler", "rerun_of"):
+        if rec[name]:
+            setattr(job, name, rec[name])
+    for name in ("world_size", "exit_code", "config"):
+        if rec[name] is not None:
+            setattr(job, name, rec[name])
+    if rec["nodes"]:
+        job.nodes = rec["nodes"]
+    if rec["attributes"]:
+        job.attributes = {**job.attributes, **rec["attributes"]}
+        if job.customer_id is None:
+            job.customer = tenant_services.customer_for_job(operator_id, job.attributes)
+    seen = _dt(rec["ts_us"])
+    if rec["state"]:
+        job.state = rec["state"]
+        if rec["state"] in TERMINAL_STATES:
+            job.ended_at = seen
+    job.last_seen_at = max(job.last_seen_at, seen)
+    job.save()
+
+
+def _resolve_series(
+    operator_id: int, keys: list[SeriesKey], node_ids: dict[str, int], job_ids: dict[str, int]
+) -> np.ndarray:
+    hashes = [series_key_hash(k) for k in keys]
+    ids = [_series_ids.get((operator_id, h)) for h in hashes]
+    missing = {h: k for h, k, i in zip(hashes, keys, ids, strict=True) if i is None}
+    if missing:
+        Series.objects.bulk_create(
+            [
+                Series(
+                    operator_id=operator_id,
+                    key_hash=h,
+                    name=k.name,
+                    node_id=node_ids[k.node],
+                    gpu=k.gpu,
+                    gpu_index=k.gpu_index,
+                    pid=k.pid,
+                    job_id=job_ids.get(k.job),
+                    rank=k.rank,
+                    local_rank=k.local_rank,
+                    labels=dict(k.labels),
+                )
+                for h, k in missing.items()
+            ],
+            ignore_conflicts=True,
+        )
+        fresh = dict(
+            Series.objects.filter(operator_id=operator_id, key_hash__in=list(missing)).values_list(
+                "key_hash", "id"
+            )
+        )
+        ids = [i if i is not None else fresh[h] for h, i in zip(hashes, ids, strict=True)]
+        _publish(_series_ids, {(operator_id, h): i for h, i in fresh.items()})
+    return np.array(ids, dtype=np.int64)
+
+
+def _block_rows(
+    operator_id: int, batch: DecodedBatch, series_ids: np.ndarray, node_ids: dict[str, int]
+) -> list[BlockRow]:
+    if batch.sample_count == 0:
+        return []
+    series_node = np.array([node_ids[k.node] for k in batch.series], dtype=np.int64)
+    rows = []
+    for node_id in np.unique(series_node):
+        keep = (series_node == node_id) & (batch.counts > 0)
+        if not keep.any():
+            continue
+        if keep.all():
+            sids, counts, ts, values = series_ids, batch.counts, batch.ts_ms, batch.values
+        else:
+            sample_keep = np.repeat(keep, batch.counts)
+            sids, counts = series_ids[keep], batch.counts[keep]
+            ts, values = batch.ts_ms[sample_keep], batch.values[sample_keep]
+        rows.append(
+            BlockRow(
+                operator_id=operator_id,
+                node_id=int(node_id),
+                start_ms=int(ts.min()),
+                end_ms=int(ts.max()),
+                series_count=len(sids),
+                sample_count=len(ts),
+                payload=blocks.encode(sids, counts, ts, values),
+            )
+        )
+    return rows
+
+
+def _store_logs(
+    operator_id: int, batch: DecodedBatch, node_ids: dict[str, int], job_ids: dict[str, int]
+) -> None:
+    if batch.logs:
+        LogLine.objects.bulk_create(
+            [
+                LogLine(
+                    operator_id=operator_id,
+                    ts_us=r["ts_us"],
+                    node_id=node_ids[r["node"]],
+                    job_id=job_ids.get(r["job"]),
+                    pid=r["pid"],
+                    rank=r["rank"],
+                    step=r["step"],
+                    stream=r["stream"],
+                    line=r["line"],
+                )
+                for r in batch.logs
+            ],
+            batch_size=2000,
+        )
+
+
+def _store_events(
+    operator_id: int, batch: DecodedBatch, node_ids: dict[str, int], job_ids: dict[str, int]
+) -> None:
+    if batch.events:
+        Event.objects.bulk_create(
+            [
+                Event(
+                    operator_id=operator_id,
+                    ts_us=r["ts_us"],
+                    name=r["name"],
+                    node_id=node_ids[r["node"]],
+                    gpu=r["gpu"],
+                    gpu_index=r["gpu_index"],
+                    pid=r["pid"],
+                    job_id=job_ids.get(r["job"]),
+                    rank=r["rank"],
+                    value=r["value"],
+                    text=r["text"],
+                    labels=r["labels"],
+                )
+                for r in batch.events
+            ],
+            batch_size=2000,
+        )
+
+
+def _store_processes(
+    operator_id: int, batch: DecodedBatch, node_ids: dict[str, int], job_ids: dict[str, int]
+) -> None:
+    for r in batch.processes:
+        seen = _dt(r["ts_us"])
+        job_id = job_ids.get(r["job"])
+        process, created = Process.objects.get_or_create(
+            operator_id=operator_id,
+            node_id=node_ids[r["node"]],
+            pid=r["pid"],
+            defaults={"first_seen_at": seen, "last_seen_at": seen},
+        )
+        if not created and process.exited_at is not None and seen > process.exited_at:
+            # The pid was reused by a new process.
+            process.first_seen_at, process.exit_code, process.exited_at = seen, None, None
+        process.last_seen_at = max(process.last_seen_at, seen)
+        for name in ("rank", "local_rank", "world_size"):
+            if r[name] is not None:
+                setattr(process, name, r[name])
+        if job_id is not None:
+            process.job_id = job_id
+        if r["gpu"]:
+            process.gpu = r["gpu"]
+        if r["cmd"]:
+            process.cmd = r["cmd"]
+        process.save()
+        if job_id is not None and r["rank"] is not None:
+            JobRank.objects.update_or_create(
+                operator_id=operator_id,
+                job_id=job_id,
+                rank=r["rank"],
+                defaults={
+                    "local_rank": r["local_rank"],
+                    "node_id": node_ids[r["node"]],
+                    "gpu": r["gpu"],
+                    "pid": r["pid"],
+                },
+            )
+    for r in batch.exits:
+        ended = _dt(r["ts_us"])
+        process, _ = Process.objects.get_or_create(
+            operator_id=operator_id,
+            node_id=node_ids[r["node"]],
+            pid=r["pid"],
+            defaults={"first_seen_at": ended, "last_seen_at": ended},
+        )
+        process.exit_code, process.exited_at = r["exit_code"], ended
+        process.last_seen_at = max(process.last_seen_at, ended)
+        process.save(update_fields=["exit_code", "exited_at", "last_seen_at"])
+
+
+# --- rollups and retention -------------------------------------------------------------------
+
+
+def build_rollups(operator_id: int, hour_start_ms: int) -> int:
+    """(Re)compute the hourly rollup of every series of the operator for one hour; returns the
+    number of rollup rows written. Idempotent: late data is picked up by running it again."""
+    from ingest.storage import BLOCK_TABLE
+
+    hour_start_ms -= hour_start_ms % HOUR_MS
+    hour_end_ms = hour_start_ms + HOUR_MS
+    written = 0
+    with tenant_context(operator_id):
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT DISTINCT node_id FROM {BLOCK_TABLE} WHERE operator_id = %s "
+                "AND start_ms >= %s AND start_ms < %s AND end_ms >= %s",
+                [operator_id, hour_start_ms - MAX_BLOCK_SPAN_MS, hour_end_ms, hour_start_ms],
+            )
+            node_list = [row[0] for row in cursor.fetchall()]
+        for node_id in node_list:
+            written += _rollup_node(operator_id, node_id, hour_start_ms, hour_end_ms)
+    return written
+
+
+def _rollup_node(operator_id: int, node_id: int, lo: int, hi: int) -> int:
+    from ingest.storage import read_block_payloads
+
+    decoded = [blocks.decode(p) for p in read_block_payloads(operator_id, [node_id], lo, hi - 1)]
+    if not decoded:
+        return 0
+    sid = np.concatenate([d.sample_series() for d in decoded])
+    ts = np.concatenate([d.ts_ms for d in decoded])
+    values = np.concatenate([d.values for d in decoded])
+    keep = (ts >= lo) & (ts < hi)
+    sid, ts, values = sid[keep], ts[keep], values[keep]
+    if not len(sid):
+        return 0
+    order = np.lexsort((ts, sid))
+    sid, values = sid[order], values[order]
+    uniq, starts, counts = np.unique(sid, return_index=True, return_counts=True)
+    mins = np.minimum.reduceat(values, starts)
+    maxs = np.maximum.reduceat(values, starts)
+    sums = np.add.reduceat(values, starts)
+    firsts = values[starts]
+    lasts = values[starts + counts - 1]
+    SeriesRollup.objects.filter(series_id__in=uniq.tolist(), bucket_start_ms=lo).delete()
+    SeriesRollup.objects.bulk_create(
+        [
+            SeriesRollup(
+                operator_id=operator_id,
+                series_id=int(s),
+                bucket_start_ms=lo,
+                count=int(c),
+                min=float(a),
+                max=float(b),
+                sum=float(t),
+                first=float(f),
+                last=float(la),
+            )
+            for s, c, a, b, t, f, la in zip(
+                uniq, counts, mins, maxs, sums, firsts, lasts, strict=True
+            )
+        ],
+        batch_size=5000,
+    )
+    return len(uniq)
+
+
+def rollup_recent_hours(hours: int = 3, now: datetime | None = None) -> int:
+    """Roll up the last `hours` hours (the current one included) for every operator."""
+    from tenants.models import Operator
+
+    now = now or datetime.now(UTC)
+    with system_context():
+        operator_ids = list(Operator.objects.values_list("id", flat=True))
+    current = int(now.timestamp() * 1000) // HOUR_MS * HOUR_MS
+    total = 0
+    for operator_id in operator_ids:
+        for back in range(hours):
+            total += build_rollups(operator_id, current - back * HOUR_MS)
+    return total
+
+
+def delete_expired_rows(retention_days: int, now: datetime | None = None) -> int:
+    """Retention for the row tables (logs, events, rollups kept 10× longer, receipts)."""
+    now = now or datetime.now(UTC)
+    cutoff_us = int((now - timedelta(days=retention_days)).timestamp() * 1e6)
+    rollup_cutoff_ms = int((now - timedelta(days=retention_days * 10)).timestamp() * 1000)
+    with system_context():
+        deleted = LogLine.objects.filter(ts_us__lt=cutoff_us).delete()[0]
+        deleted += Event.objects.filter(ts_us__lt=cutoff_us).delete()[0]
+        deleted += SeriesRollup.objects.filter(bucket_start_ms__lt=rollup_cutoff_ms).delete()[0]
+        deleted += BatchReceipt.objects.filter(
+            received_at__lt=now - timedelta(days=retention_days)
+        ).delete()[0]
+    return deleted

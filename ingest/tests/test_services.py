@@ -1,0 +1,248 @@
+"""Storing batches and reading them back, on the real database (PostgreSQL with row-level
+security in CI)."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+from django.db import connection
+
+from agent import signals
+from ingest import selectors, services
+from ingest.models import BatchReceipt, Job, JobRank, LogLine, Node, Process, Series
+from ingest.processing import Limits, decode_batch
+from ingest.storage import BLOCK_TABLE
+from ingest.tests.helpers import gpu_batch
+from tenants import services as tenant_services
+from tenants.context import system_context, tenant_context
+from tenants.models import MatchField
+from tenants.testing import make_tenant
+
+pytestmark = pytest.mark.django_db
+
+LIMITS = Limits()
+
+
+def store(operator_id: int, batch: object) -> services.StoreOutcome:
+    return services.store_batch(operator_id, decode_batch(batch, LIMITS))
+
+
+def block_rows(operator_id: int) -> int:
+    """Block rows visible to the operator: on PostgreSQL through row-level security alone (no
+    WHERE clause); on SQLite, which has none, by the explicit filter every read uses."""
+    where = "" if connection.vendor == "postgresql" else f" WHERE operator_id = {operator_id:d}"
+    with tenant_context(operator_id), connection.cursor() as cursor:
+        cursor.execute(f"SELECT count(*) FROM {BLOCK_TABLE}{where}")
+        return int(cursor.fetchone()[0])
+
+
+@pytest.fixture(autouse=True)
+def _fresh_caches() -> None:
+    services.clear_caches()
+
+
+def test_batch_is_stored_and_read_back_exactly() -> None:
+    tenant = make_tenant("ing-a")
+    start = float(int(time.time()) - 100)
+    outcome = store(tenant.operator.pk, gpu_batch(gpus=2, seconds=10, start=start))
+    assert outcome == services.StoreOutcome(services.StoreStatus.STORED, 40)
+    data = selectors.job_series(tenant.operator.pk, "job-1", start, start + 60)
+    assert len(data) == 4
+    by_key = {(d.info.gpu_index, d.info.name): d for d in data}
+    util1 = by_key[(1, signals.DCGM_FI_DEV_GPU_UTIL)]
+    np.testing.assert_allclose(util1.ts, start + np.arange(10))
+    np.testing.assert_array_equal(util1.values, 1000 + np.arange(10))
+    assert util1.info.node == "node-a" and util1.info.rank == 1
+    # a window inside the batch returns only the samples inside it
+    part = selectors.job_series(tenant.operator.pk, "job-1", start + 2, start + 4)
+    assert all(len(d.values) == 3 for d in part)
+
+
+def test_duplicate_batch_is_stored_once() -> None:
+    tenant = make_tenant("ing-dup")
+    batch = gpu_batch(sequence=5)
+    assert store(tenant.operator.pk, batch).status is services.StoreStatus.STORED
+    assert store(tenant.operator.pk, batch).status is services.StoreStatus.DUPLICATE
+    assert block_rows(tenant.operator.pk) == 1
+    with tenant_context(tenant.operator.pk):
+        assert BatchReceipt.objects.for_tenant(tenant.operator.pk).count() == 1
+    data = selectors.job_series(tenant.operator.pk, "job-1", time.time() - 60, time.time())
+    assert sum(len(d.values) for d in data) == 40
+
+
+def test_same_agent_id_and_sequence_of_another_operator_is_not_a_duplicate() -> None:
+    a, b = make_tenant("ing-x1"), make_tenant("ing-x2")
+    batch = gpu_batch(agent_id="same", sequence=1)
+    assert store(a.operator.pk, batch).status is services.StoreStatus.STORED
+    assert store(b.operator.pk, batch).status is services.StoreStatus.STORED
+
+
+def test_operator_a_data_is_invisible_to_operator_b() -> None:
+    a, b = make_tenant("ing-iso-a"), make_tenant("ing-iso-b")
+    store(a.operator.pk, gpu_batch(node="shared-name", job="job-shared"))
+    assert selectors.job_series(b.operator.pk, "job-shared", 0, time.time() + 10) == []
+    assert selectors.node_series(b.operator.pk, "shared-name", 0, time.time() + 10) == []
+    assert block_rows(b.operator.pk) == 0
+    assert block_rows(a.operator.pk) == 1
+    if connection.vendor == "postgresql":  # the second wall: even an unscoped query sees nothing
+        with tenant_context(b.operator.pk):
+            assert not Series.objects.filter(operator_id=a.operator.pk).exists()
+
+
+def test_job_is_attributed_to_customer_by_mapping_rule_and_inventory_updated() -> None:
+    tenant = make_tenant("ing-map")
+    tenant_services.do_create_mapping_rule(
+        tenant.principal(tenant.operator_admin),
+        match_field=MatchField.SLURM_ACCOUNT,
+        value="team-llm",
+        customer_id=tenant.customer.pk,
+    )
+    now = time.time()
+    records = [
+        {
+            "type": "job",
+            "ts": now - 5,
+            "job": "4242",
+            "kind": "training",
+            "state": "running",
+            "world_size": 2,
+            "slurm_account": "team-llm",
+            "config": {"lr": 0.001},
+        },
+        {
+            "type": "process",
+            "ts": now - 5,
+            "node": "node-a",
+            "pid": 100,
+            "job": "4242",
+            "rank": 1,
+            "local_rank": 1,
+            "gpu": "GPU-node-a-1",
+            "cmd": ["python", "train.py"],
+        },
+        {"type": "exit", "ts": now - 1, "node": "node-a", "pid": 100, "exit_code": 0},
+        {
+            "type": "log",
+            "ts": now - 3,
+            "node": "node-a",
+            "job": "4242",
+            "line": "step 1 loss 2.0",
+            "step": 1,
+            "stream": "stdout",
+        },
+    ]
+    store(tenant.operator.pk, gpu_batch(job="4242", extra_records=records))
+    with tenant_context(tenant.operator.pk):
+        job = Job.objects.for_tenant(tenant.operator.pk).get(job_id="4242")
+        assert job.customer_id == tenant.customer.pk
+        assert job.kind == "training" and job.world_size == 2 and job.config == {"lr": 0.001}
+        rank = JobRank.objects.for_tenant(tenant.operator.pk).get(job=job, rank=1)
+        assert rank.gpu == "GPU-node-a-1" and rank.pid == 100
+        process = Process.objects.for_tenant(tenant.operator.pk).get(pid=100)
+        assert process.exit_code == 0 and process.cmd == "python train.py"
+        assert Node.objects.for_tenant(tenant.operator.pk).filter(hostname="node-a").exists()
+        assert LogLine.objects.for_tenant(tenant.operator.pk).count() == 1
+    finished = [{"type": "job", "ts": now, "job": "4242", "state": "completed", "exit_code": 0}]
+    store(tenant.operator.pk, gpu_batch(sequence=2, job="4242", extra_records=finished))
+    with tenant_context(tenant.operator.pk):
+        job = Job.objects.for_tenant(tenant.operator.pk).get(job_id="4242")
+        assert job.state == "completed" and job.ended_at is not None
+    # the customer principal sees the job through for_tenant
+    with tenant_context(tenant.operator.pk):
+        viewer = tenant.principal(tenant.customer_viewer)
+        assert list(Job.objects.for_tenant(viewer).values_list("job_id", flat=True)) == ["4242"]
+
+
+def test_node_series_over_a_window() -> None:
+    tenant = make_tenant("ing-node")
+    start = float(int(time.time()) - 300)
+    store(tenant.operator.pk, gpu_batch(sequence=1, start=start, seconds=30, job=None))
+    store(tenant.operator.pk, gpu_batch(sequence=2, start=start + 30, seconds=30, job=None))
+    data = selectors.node_series(
+        tenant.operator.pk, "node-a", start + 20, start + 39, names=[signals.DCGM_FI_DEV_GPU_UTIL]
+    )
+    assert len(data) == 2
+    for series in data:
+        np.testing.assert_allclose(series.ts, start + np.arange(20, 40))
+        np.testing.assert_array_equal(
+            series.values,
+            (series.info.gpu_index or 0) * 1000 + np.r_[np.arange(20, 30), np.arange(10)],
+        )
+
+
+def test_job_logs_around_a_time_and_events_of_gpu_and_node() -> None:
+    tenant = make_tenant("ing-logs")
+    now = float(int(time.time()))
+    records = [
+        {"type": "log", "ts": now - 50 + i, "node": "node-a", "job": "job-1", "line": f"l{i}"}
+        for i in range(40)
+    ] + [
+        {
+            "type": "event",
+            "ts": now - 30,
+            "name": "xid",
+            "node": "node-a",
+            "gpu": "GPU-node-a-1",
+            "gpu_index": 1,
+            "value": 79,
+            "text": "NVRM: Xid 79",
+        },
+        {
+            "type": "event",
+            "ts": now - 20,
+            "name": "link_down",
+            "node": "node-a",
+            "labels": {"device": "mlx5_0"},
+        },
+    ]
+    store(tenant.operator.pk, gpu_batch(extra_records=records))
+    lines = selectors.job_logs(tenant.operator.pk, "job-1", around=now - 30, before_s=5, after_s=5)
+    assert [row.line for row in lines] == [f"l{i}" for i in range(15, 26)]
+    gpu_events = selectors.events(tenant.operator.pk, gpu="GPU-node-a-1")
+    assert [(e.name, e.value, e.text) for e in gpu_events] == [("xid", 79.0, "NVRM: Xid 79")]
+    node_events = selectors.events(tenant.operator.pk, node="node-a")
+    assert [e.name for e in node_events] == ["xid", "link_down"]
+    assert node_events[1].labels == {"device": "mlx5_0"}
+    other = make_tenant("ing-logs-b")
+    assert selectors.events(other.operator.pk, node="node-a") == []
+    assert selectors.job_logs(other.operator.pk, "job-1", around=now - 30) == []
+
+
+def test_gpu_counters_over_30_days_come_from_rollups() -> None:
+    tenant = make_tenant("ing-roll")
+    hour = 3600.0
+    now = float(int(time.time()))
+    counters = (signals.DCGM_FI_DEV_ECC_SBE_VOL_TOTAL, signals.DCGM_FI_DEV_PCIE_REPLAY_COUNTER)
+    # three hours, 3 h / 2 h / 1 h ago, of one-minute readings (inside the 7-day window)
+    for seq, back in enumerate((3, 2, 1), start=1):
+        start = (now // hour - back) * hour
+        store(
+            tenant.operator.pk,
+            gpu_batch(sequence=seq, start=start, seconds=3600, gpus=1, job=None, names=counters),
+        )
+        services.build_rollups(tenant.operator.pk, int(start * 1000))
+    data = selectors.gpu_counters(tenant.operator.pk, "GPU-node-a-0", now - 30 * 86400, now)
+    assert {d.info.name for d in data} == set(counters)
+    sbe = next(d for d in data if d.info.name == signals.DCGM_FI_DEV_ECC_SBE_VOL_TOTAL)
+    assert len(sbe.bucket_start) == 3
+    assert list(sbe.count) == [3600, 3600, 3600]
+    assert list(sbe.min) == [0, 0, 0] and list(sbe.last) == [3599, 3599, 3599]
+    # rebuilding is idempotent
+    services.build_rollups(tenant.operator.pk, int(((now // hour) - 1) * hour * 1000))
+    assert len(selectors.gpu_counters(tenant.operator.pk, "GPU-node-a-0", 0, now)[0].count) == 3
+
+
+def test_blocks_table_has_row_level_security_on_parent_and_partitions() -> None:
+    if connection.vendor != "postgresql":
+        pytest.skip("row-level security exists on PostgreSQL only")
+    with system_context(), connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT c.relname, c.relrowsecurity, c.relforcerowsecurity FROM pg_class c "
+            "WHERE c.relkind IN ('r', 'p') AND c.relname LIKE %s",
+            [BLOCK_TABLE + "%"],
+        )
+        rows = cursor.fetchall()
+    assert len(rows) >= 10  # parent, default and the daily partitions around today
+    assert all(enabled and forced for _name, enabled, forced in rows), rows
