@@ -1,0 +1,77 @@
+"""Importing bcc's Python package, which is a system package (Debian `python3-bpfcc`).
+
+bcc is not on PyPI: its Python half is pure ctypes over the system's `libbcc.so.0`, installed
+for the system interpreter in `/usr/lib/python3/dist-packages/bcc`. The agent runs from its
+own virtualenv or zipapp, so when `import bcc` fails we add to `sys.path` a directory that
+holds nothing but a link to that package — never all of dist-packages, whose other modules
+would shadow the agent's own dependencies. In order:
+
+1. `$PROOF_BCC_PATH` (a directory containing `bcc/`),
+2. `/usr/local/lib/proof-bcc` (the link scripts/setup-system.d/bcc.sh makes),
+3. a private temporary directory with a link to the first system `bcc` package found.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+import tempfile
+from types import ModuleType
+
+LINK_DIR = "/usr/local/lib/proof-bcc"
+SYSTEM_PACKAGE_DIRS: tuple[str, ...] = (
+    "/usr/lib/python3/dist-packages",
+    "/usr/lib/python3/site-packages",
+    "/usr/lib64/python3/site-packages",
+)
+
+_private_dir: str | None = None
+
+
+class BccUnavailable(RuntimeError):
+    """bcc cannot be imported (not installed, or a broken install)."""
+
+
+def _candidate_dirs() -> list[str]:
+    global _private_dir
+    dirs = []
+    env = os.environ.get("PROOF_BCC_PATH")
+    if env:
+        dirs.append(env)
+    dirs.append(LINK_DIR)
+    for base in SYSTEM_PACKAGE_DIRS:
+        package = os.path.join(base, "bcc")
+        if os.path.isfile(os.path.join(package, "__init__.py")):
+            if _private_dir is None:
+                _private_dir = tempfile.mkdtemp(prefix="proof-bcc-")
+                os.symlink(package, os.path.join(_private_dir, "bcc"))
+            dirs.append(_private_dir)
+            break
+    return [d for d in dirs if os.path.isfile(os.path.join(d, "bcc", "__init__.py"))]
+
+
+def import_bcc() -> ModuleType:
+    """The `bcc` module, found as described above; raises BccUnavailable saying why not."""
+    try:
+        return importlib.import_module("bcc")
+    except ImportError as first_error:
+        # bcc's __init__ fails with ImportError/OSError if libbcc.so is missing: report that.
+        if getattr(first_error, "name", None) not in (None, "bcc"):
+            raise BccUnavailable(f"bcc is installed but broken: {first_error}") from first_error
+    problems = []
+    for directory in _candidate_dirs():
+        added = directory not in sys.path
+        if added:
+            sys.path.append(directory)
+        try:
+            return importlib.import_module("bcc")
+        except (ImportError, OSError) as error:
+            problems.append(f"{directory}: {error}")
+            if added:
+                sys.path.remove(directory)
+            sys.modules.pop("bcc", None)
+    detail = "; ".join(problems) if problems else "no system bcc package found"
+    raise BccUnavailable(
+        f"cannot import bcc (install python3-bpfcc, or set PROOF_BCC_PATH): {detail}"
+    )

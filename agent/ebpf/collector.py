@@ -1,0 +1,367 @@
+"""The eBPF collector: uprobes on libcuda/libnccl, aggregated in the kernel, read per interval.
+
+`collect(now)` does, once per agent interval:
+1. every `rescan_interval_s`, looks through /proc/<pid>/maps for libcuda/libnccl files not yet
+   probed and attaches to them by symbol name (agent.ebpf.calls.PROBES); a file that no process
+   maps any more is detached;
+2. flips the `control` slot, so the probes start writing the other half of the `stats` map,
+   then reads and deletes the half they wrote during the interval — a read-and-clear that
+   never races the probes' own increments;
+3. turns the per-process aggregates into trace-v1 samples keyed by `pid` (and `node`): the
+   DESIGN §4 process series `cuda.launches`, `cuda.launch_gap_max_ms`, `cuda.sync_ms`,
+   `nccl.calls`, `nccl.bytes` (`labels.op`), plus the extensions documented in docs/ebpf.md.
+   The identity join (pid → job, rank, gpu) happens downstream.
+
+A process that launched kernels before is reported every interval while it lives, with
+`cuda.launches` 0 and `cuda.launch_gap_max_ms` growing, when it stops launching: that is how a
+hung rank looks. The collector never raises out of `collect()`: if BPF cannot be loaded it logs
+the reason once and returns nothing (see `unavailable_reason`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import logging
+import os
+import re
+import socket
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+from agent import signals
+from agent.collectors._common import Record, WarnOnce
+from agent.ebpf import discovery
+from agent.ebpf._bcc import import_bcc
+from agent.ebpf.calls import (
+    CUDA_CALLS,
+    MEMCPY_KINDS,
+    NCCL_OP_LABELS,
+    PROBES,
+    SYNC_CALLS,
+    Call,
+    cflags,
+)
+
+log = logging.getLogger(__name__)
+
+NS_PER_MS = 1_000_000.0
+
+
+def probes_source() -> str:
+    """The BPF C program (package data, so it also works from a zipapp)."""
+    return resources.files("agent.ebpf").joinpath("probes.c").read_text(encoding="utf-8")
+
+
+def load_bpf(bcc: Any | None = None) -> Any:
+    """Compile and load probes.c; raises (bcc's plain Exception) when the kernel refuses."""
+    bcc = bcc or import_bcc()
+    return bcc.BPF(text=probes_source().encode(), cflags=cflags())
+
+
+@dataclass(slots=True)
+class Aggregate:
+    """One call class of one process over one interval, summed over CPUs."""
+
+    calls: int = 0
+    total_ns: int = 0
+    max_ns: int = 0
+    bytes: int = 0
+
+    def add(self, calls: int, total_ns: int, max_ns: int, nbytes: int) -> None:
+        self.calls += calls
+        self.total_ns += total_ns
+        self.max_ns = max(self.max_ns, max_ns)
+        self.bytes += nbytes
+
+
+@dataclass(slots=True)
+class _Attached:
+    path: str
+    kind: str
+    symbols: list[str] = field(default_factory=list)
+    events: list[bytes] = field(default_factory=list)  # bcc's uprobe event names
+
+
+class EbpfCollector:
+    """Per-process CUDA/NCCL call aggregates from kernel-side uprobes."""
+
+    name = "ebpf"
+
+    def __init__(
+        self,
+        *,
+        proc_root: str = "/proc",
+        node: str | None = None,
+        pid_source: Callable[[], Iterable[int]] | None = None,
+        rescan_interval_s: float = 5.0,
+        monotonic_ns: Callable[[], int] = time.monotonic_ns,
+        bpf_loader: Callable[[], Any] = load_bpf,
+        settle_s: float = 0.001,
+    ) -> None:
+        """`pid_source`, when given, limits library discovery to those processes (e.g. the
+        GPU processes NVML lists); by default every process under `proc_root` is looked at.
+        `monotonic_ns` must be CLOCK_MONOTONIC, the clock bpf_ktime_get_ns() reads.
+        `settle_s` is how long a probe that read the slot number just before the flip may
+        still be writing the old slot (a probe runs for ~1 µs; the margin is generous)."""
+        self.proc_root = proc_root
+        self.node = node or socket.gethostname()
+        self.pid_source = pid_source
+        self.rescan_interval_s = rescan_interval_s
+        self.monotonic_ns = monotonic_ns
+        self.bpf_loader = bpf_loader
+        self.settle_s = settle_s
+        self.available: bool | None = None  # None until the first start attempt
+        self.unavailable_reason: str | None = None
+        self._bpf: Any = None
+        self._slot = 0
+        self._next_scan_ns = 0
+        self._attached: dict[tuple[str, int], _Attached] = {}
+        self._failed: set[tuple[str, int]] = set()  # library files that refused probes
+        self._warn = WarnOnce(log)
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> bool:
+        """Compile and load the BPF program. False (with `unavailable_reason`) if it cannot."""
+        if self.available is not None:
+            return self.available
+        try:
+            self._bpf = self.bpf_loader()
+            control = self._bpf[b"control"]
+            control[ctypes.c_int(0)] = ctypes.c_uint32(self._slot)
+        except Exception as error:  # bcc raises plain Exception for compile/load refusals
+            self.available = False
+            self.unavailable_reason = f"BPF programs cannot be loaded: {error}"
+            log.warning("ebpf collector disabled: %s", self.unavailable_reason)
+            self._bpf = None
+            return False
+        self.available = True
+        return True
+
+    def close(self) -> None:
+        """Detach every probe and free the maps."""
+        if self._bpf is not None:
+            self._bpf.cleanup()
+            self._bpf = None
+        self._attached.clear()
+        self.available = None
+
+    def __enter__(self) -> EbpfCollector:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def attached_libraries(self) -> dict[str, list[str]]:
+        """path → symbols probed, for `proof-agent doctor` and the tests."""
+        return {a.path: list(a.symbols) for a in self._attached.values()}
+
+    # --- the interval ------------------------------------------------------------------------
+
+    def collect(self, now: float) -> list[Record]:
+        if not self.start():
+            return []
+        try:
+            now_ns = self.monotonic_ns()
+            if now_ns >= self._next_scan_ns:
+                self.rescan()
+                self._next_scan_ns = now_ns + int(self.rescan_interval_s * 1e9)
+            per_pid = self.drain()
+            records = self._records(now, per_pid, self.monotonic_ns())
+            self._warn.ok("collect")
+            return records
+        except Exception as error:
+            self._warn.fail("collect", "ebpf collector: reading the maps failed: %s", error)
+            return []
+
+    def rescan(self) -> None:
+        """Attach to probed libraries that processes map and we have not probed yet; detach
+        from library files no process maps any more."""
+        pids = self.pid_source() if self.pid_source else discovery.list_pids(self.proc_root)
+        in_use: set[tuple[str, int]] = set()
+        for pid, libraries in discovery.scan(self.proc_root, pids).items():
+            for library in libraries:
+                in_use.add(library.identity)
+                if library.identity in self._attached or library.identity in self._failed:
+                    continue
+                self._attach(library, discovery.host_path(self.proc_root, pid, library))
+        for identity in [i for i in self._attached if i not in in_use]:
+            self._detach(identity)
+        self._failed &= in_use
+
+    def _attach(self, library: discovery.LibraryFile, path: str) -> None:
+        bpf = self._bpf
+        wanted = PROBES[library.kind]
+        pattern = "^(?:" + "|".join(re.escape(p.symbol) for p in wanted) + ")$"
+        try:
+            exported = {
+                name.decode(): address
+                for name, address in bpf.get_user_functions_and_addresses(
+                    os.fsencode(path), pattern.encode()
+                )
+            }
+        except Exception as error:
+            self._failed.add(library.identity)
+            log.warning("ebpf: cannot read the symbols of %s: %s", path, error)
+            return
+        attached = _Attached(path=path, kind=library.kind)
+        binary_path = os.fsencode(path)
+        events_before = set(bpf.uprobe_fds)
+        probed_addresses: set[int] = set()
+        for probe in wanted:
+            address = exported.get(probe.symbol)
+            # Aliases (two exported names, one function) would count each call twice.
+            if address is None or address in probed_addresses:
+                continue
+            try:
+                symbol = probe.symbol.encode()
+                if probe.entry:
+                    bpf.attach_uprobe(name=binary_path, sym=symbol, fn_name=probe.entry.encode())
+                if probe.exit:
+                    bpf.attach_uretprobe(name=binary_path, sym=symbol, fn_name=probe.exit.encode())
+            except Exception as error:
+                log.warning("ebpf: cannot probe %s in %s: %s", probe.symbol, path, error)
+                continue
+            probed_addresses.add(address)
+            attached.symbols.append(probe.symbol)
+        attached.events = [e for e in bpf.uprobe_fds if e not in events_before]
+        if not attached.symbols:
+            self._failed.add(library.identity)
+            self._detach_events(attached.events)
+            log.warning("ebpf: no probed symbol could be attached in %s", path)
+            return
+        self._attached[library.identity] = attached
+        log.info("ebpf: probing %d symbols in %s", len(attached.symbols), path)
+
+    def _detach(self, identity: tuple[str, int]) -> None:
+        attached = self._attached.pop(identity)
+        self._detach_events(attached.events)
+        log.info("ebpf: no process maps %s any more; probes detached", attached.path)
+
+    def _detach_events(self, events: list[bytes]) -> None:
+        for event in events:
+            try:
+                self._bpf.detach_uprobe_event(event)
+            except Exception as error:
+                log.warning("ebpf: detaching %r failed: %s", event, error)
+
+    def drain(self) -> dict[int, dict[Call, Aggregate]]:
+        """Flip the slot, then read and delete what the probes wrote into the old one."""
+        bpf = self._bpf
+        old = self._slot
+        self._slot = 1 - old
+        bpf[b"control"][ctypes.c_int(0)] = ctypes.c_uint32(self._slot)
+        time.sleep(self.settle_s)
+        stats = bpf[b"stats"]
+        per_pid: dict[int, dict[Call, Aggregate]] = {}
+        keys = [key for key in stats if key.slot == old]
+        for key in keys:
+            try:
+                per_cpu = stats.getvalue(key)
+            except KeyError:
+                continue
+            try:
+                call = Call(key.what)
+            except ValueError:
+                continue
+            aggregate = per_pid.setdefault(key.pid, {}).setdefault(call, Aggregate())
+            for value in per_cpu:
+                aggregate.add(value.calls, value.total_ns, value.max_ns, value.bytes)
+        for key in keys:
+            with contextlib.suppress(KeyError):
+                del stats[key]
+        return per_pid
+
+    def last_launches(self) -> dict[int, int]:
+        """pid → ktime of its latest launch, for live processes; forgets exited ones."""
+        table = self._bpf[b"last_launch"]
+        live: dict[int, int] = {}
+        for key, value in list(table.items()):
+            pid = int(key.value)
+            if discovery.process_alive(self.proc_root, pid):
+                live[pid] = int(value.value)
+            else:
+                with contextlib.suppress(KeyError):
+                    del table[key]
+        return live
+
+    # --- records -----------------------------------------------------------------------------
+
+    def _records(
+        self, now: float, per_pid: dict[int, dict[Call, Aggregate]], now_ns: int
+    ) -> list[Record]:
+        last = self.last_launches()
+        records: list[Record] = []
+        for pid in sorted(set(per_pid) | set(last)):
+            calls = per_pid.get(pid, {})
+            emit = _Emitter(records, now, self.node, pid)
+            launches = calls.get(Call.LAUNCH, Aggregate())
+            cuda_active = pid in last or any(c in CUDA_CALLS for c in calls)
+            if cuda_active:
+                # The gap still open at `now` counts too: a process that stopped launching
+                # shows a growing gap rather than nothing.
+                open_gap_ns = max(0, now_ns - last[pid]) if pid in last else 0
+                gap_ns = max(launches.max_ns, open_gap_ns)
+                syncs = Aggregate()
+                for call in SYNC_CALLS:
+                    if call in calls:
+                        s = calls[call]
+                        syncs.add(s.calls, s.total_ns, s.max_ns, s.bytes)
+                emit(signals.CUDA_LAUNCHES, launches.calls)
+                emit(signals.CUDA_LAUNCH_GAP_MAX_MS, gap_ns / NS_PER_MS)
+                emit(signals.CUDA_SYNC_MS, syncs.total_ns / NS_PER_MS)
+                if syncs.calls:
+                    emit(signals.CUDA_SYNCS, syncs.calls)
+                    emit(signals.CUDA_SYNC_MAX_MS, syncs.max_ns / NS_PER_MS)
+            for call, kind in MEMCPY_KINDS.items():
+                memcpy = calls.get(call)
+                if memcpy is None or not memcpy.calls:
+                    continue
+                labels = {"kind": kind}
+                emit(signals.CUDA_MEMCPY_CALLS, memcpy.calls, labels)
+                emit(signals.CUDA_MEMCPY_BYTES, memcpy.bytes, labels)
+                emit(signals.CUDA_MEMCPY_MS, memcpy.total_ns / NS_PER_MS, labels)
+            for call, op in NCCL_OP_LABELS.items():
+                nccl = calls.get(call)
+                if nccl is None or not nccl.calls:
+                    continue
+                labels = {"op": op}
+                emit(signals.NCCL_CALLS, nccl.calls, labels)
+                emit(signals.NCCL_BYTES, nccl.bytes, labels)
+                emit(signals.NCCL_MS, nccl.total_ns / NS_PER_MS, labels)
+            group = calls.get(Call.NCCL_GROUP)
+            if group is not None and group.calls:
+                emit(signals.NCCL_GROUPS, group.calls)
+                emit(signals.NCCL_GROUP_MS, group.total_ns / NS_PER_MS)
+        return records
+
+
+class _Emitter:
+    """Appends samples for one process; integral counts stay ints in the JSON."""
+
+    __slots__ = ("node", "now", "pid", "records")
+
+    def __init__(self, records: list[Record], now: float, node: str, pid: int) -> None:
+        self.records = records
+        self.now = now
+        self.node = node
+        self.pid = pid
+
+    def __call__(self, name: str, value: float, labels: dict[str, str] | None = None) -> None:
+        record: Record = {
+            "type": "sample",
+            "ts": self.now,
+            "name": name,
+            "value": value,
+            signals.NODE: self.node,
+            signals.PID: self.pid,
+        }
+        if labels:
+            record["labels"] = labels
+        self.records.append(record)

@@ -1,0 +1,105 @@
+"""Library discovery from memory maps, the call table, and the collector's refusal path —
+the parts that need no BPF."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from agent import signals
+from agent.ebpf import calls, discovery
+from agent.ebpf.collector import EbpfCollector, probes_source
+
+MAPS = b"""\
+55d0c0a00000-55d0c0a01000 r--p 00000000 fd:01 1311 /usr/bin/python3.11
+7f1a00000000-7f1a00200000 r-xp 00000000 fd:01 4242 /usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15
+7f1a00200000-7f1a00300000 r--p 00200000 fd:01 4242 /usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15
+7f1b00000000-7f1b00100000 r-xp 00000000 00:2f 77 /opt/my env/lib/python3.11/site-packages/nvidia/nccl/lib/libnccl.so.2
+7f1c00000000-7f1c00100000 r-xp 00000000 fd:01 91 /usr/lib/libcudart.so.12
+7f1c10000000-7f1c10100000 r-xp 00000000 fd:01 92 /usr/lib/libcuda.so.1 (deleted)
+7f1c20000000-7f1c20100000 r-xp 00000000 fd:01 93 /usr/lib/libnccl-net.so
+7f1c30000000-7f1c30100000 rw-p 00000000 00:00 0 [heap]
+7f1c40000000-7f1c40100000 r-xp 00000000 fd:02 4242 /other/libcuda.so
+"""
+
+
+def test_maps_yield_each_probed_library_file_once() -> None:
+    found = list(discovery.parse_maps(MAPS))
+    assert [(f.kind, f.device, f.inode, f.path) for f in found] == [
+        ("cuda", "fd:01", 4242, "/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15"),
+        (
+            "nccl",
+            "00:2f",
+            77,
+            "/opt/my env/lib/python3.11/site-packages/nvidia/nccl/lib/libnccl.so.2",
+        ),
+        # same inode number on another device is another file
+        ("cuda", "fd:02", 4242, "/other/libcuda.so"),
+    ]
+
+
+def test_libraries_of_reads_a_proc_tree_and_builds_a_path_into_the_process_root(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "123").mkdir()
+    (tmp_path / "123" / "maps").write_bytes(MAPS)
+    (tmp_path / "124").mkdir()
+    (tmp_path / "124" / "maps").write_bytes(MAPS.splitlines(keepends=True)[0])
+    (tmp_path / "self").mkdir()
+    assert sorted(discovery.list_pids(str(tmp_path))) == [123, 124]
+    found = discovery.scan(str(tmp_path), [123, 124, 125])
+    assert list(found) == [123]
+    library = found[123][0]
+    assert discovery.host_path(str(tmp_path), 123, library) == str(
+        tmp_path / "123" / "root" / "usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15"
+    )
+    assert discovery.process_alive(str(tmp_path), 123)
+    assert not discovery.process_alive(str(tmp_path), 125)
+
+
+@pytest.mark.parametrize(
+    ("path", "kind"),
+    [
+        ("/x/libcuda.so", "cuda"),
+        ("/x/libcuda.so.1", "cuda"),
+        ("libcuda.so.550.54.15", "cuda"),
+        ("/x/libnccl.so.2.21.5", "nccl"),
+        ("/x/libcudart.so.12", None),
+        ("/x/libnccl-net.so", None),
+        ("/x/libcuda.so.1.bak", None),
+    ],
+)
+def test_library_kind(path: str, kind: str | None) -> None:
+    assert calls.library_kind(path) == kind
+
+
+def test_call_table_matches_the_bpf_program_and_the_vocabulary() -> None:
+    source = probes_source()
+    defined = set(re.findall(r"^int (\w+)\(struct pt_regs \*ctx\)", source, re.M))
+    defined |= {f"{m}_enter" for m in re.findall(r"^TIMED_CALL\((\w+),", source, re.M)}
+    defined |= {f"{m}_leave" for m in re.findall(r"^TIMED_CALL\((\w+),", source, re.M)}
+    for kind, probes in calls.PROBES.items():
+        assert probes, kind
+        for probe in probes:
+            for function in (probe.entry, probe.exit):
+                assert function is None or function in defined, (probe, function)
+    used = set(re.findall(r"\bW_([A-Z_]+)\b", source))
+    assert used <= {call.name for call in calls.Call}
+    assert tuple(calls.NCCL_OP_LABELS.values()) == signals.NCCL_OPS
+    flags = calls.cflags()
+    assert all(f"-DW_{call.name}={call.value}" in flags for call in calls.Call)
+
+
+def test_a_kernel_that_refuses_bpf_disables_the_collector_with_the_reason() -> None:
+    def refusing_loader() -> object:
+        raise Exception("Failed to load BPF program launch_enter: Operation not permitted")
+
+    collector = EbpfCollector(bpf_loader=refusing_loader, node="n")
+    assert collector.collect(time.time()) == []
+    assert collector.collect(time.time()) == []
+    assert collector.available is False
+    assert collector.unavailable_reason is not None
+    assert "Operation not permitted" in collector.unavailable_reason

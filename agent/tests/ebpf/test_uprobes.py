@@ -1,0 +1,191 @@
+"""The real uprobes on a stand-in libcuda/libnccl: attach through the driver's memory maps,
+make known calls, and assert what the kernel-side aggregation reads back."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from agent import signals
+from agent.ebpf.collector import EbpfCollector
+from agent.ebpf.probe_target import Built, Driver
+
+pytestmark = pytest.mark.bpf
+
+Record = dict[str, Any]
+
+
+def of_pid(records: list[Record], pid: int) -> dict[tuple[str, str | None], float]:
+    """(name, label value) -> value, for one process's samples."""
+    out: dict[tuple[str, str | None], float] = {}
+    for record in records:
+        assert record["type"] == "sample"
+        if record[signals.PID] != pid:
+            continue
+        labels = record.get("labels") or {}
+        label = labels.get("op") or labels.get("kind")
+        key = (record["name"], label)
+        assert key not in out, f"duplicate sample {key}"
+        out[key] = record["value"]
+    return out
+
+
+def mine(collector: EbpfCollector, built: Built) -> dict[str, list[str]]:
+    """The attached libraries that are this test's build (other tests may run alongside)."""
+    return {
+        path: symbols
+        for path, symbols in collector.attached_libraries.items()
+        if path.endswith(str(built.libcuda)) or path.endswith(str(built.libnccl))
+    }
+
+
+def test_counts_durations_gaps_and_bytes_read_back_exactly(
+    built: Built, collector: EbpfCollector
+) -> None:
+    with Driver(built) as driver:
+        collector.collect(time.time())  # finds the driver through its maps and attaches
+        attached = mine(collector, built)
+        assert len(attached) == 2, collector.attached_libraries
+        cuda_symbols = next(s for p, s in attached.items() if p.endswith("libcuda.so.1"))
+        nccl_symbols = next(s for p, s in attached.items() if p.endswith("libnccl.so.2"))
+        assert {"cuLaunchKernel", "cuStreamSynchronize", "cuMemcpyHtoD_v2"} <= set(cuda_symbols)
+        assert "cuLaunchKernel_ptsz" not in cuda_symbols  # not exported by the stand-in
+        assert {"ncclAllReduce", "ncclGroupStart", "ncclGroupEnd"} <= set(nccl_symbols)
+        assert "ncclBcast" not in nccl_symbols
+
+        # Synchronize: 20 x 2 ms stream, 5 x 1 ms event, 3 x 1 ms context.
+        driver.command("sync stream 20 2000")
+        driver.command("sync event 5 1000")
+        driver.command("sync ctx 3 1000")
+        # Copies: (kind, calls, bytes each)
+        driver.command("memcpy htod 10 1048576 0")
+        driver.command("memcpy htod_async 2 4096 0")
+        driver.command("memcpy dtoh 4 4096 0")
+        driver.command("memcpy dtoh_async 1 100 0")
+        driver.command("memcpy dtod 2 123 0")
+        driver.command("memcpy any 3 1000 0")
+        driver.command("memcpy any_async 1 5 0")
+        driver.command("memcpy peer 2 777 0")
+        # Collectives: op, calls, count, ncclDataType_t, microseconds inside the call.
+        driver.command("nccl allreduce 10 1048576 7 1000")  # float32: 4 MiB each
+        driver.command("nccl allgather 5 1000 6 0")  # float16
+        driver.command("nccl reducescatter 3 2048 9 0")  # bfloat16
+        driver.command("nccl broadcast 4 999 0 0")  # int8
+        driver.command("nccl reduce 2 100 8 0")  # float64
+        driver.command("nccl reduce 1 100 42 0")  # unknown type: counted, 0 bytes
+        driver.command("nccl send 3 10 2 0")  # int32
+        driver.command("nccl recv 1 7 5 0")  # uint64
+        driver.command("group 2 5000")  # each: nested groups around send+recv of 256 float32
+        # Launches last, so the longest gap is the pause: 500, 300 ms, 500 + 7 Ex + 4 threads.
+        driver.command("launch 500")
+        driver.command("pause 300")
+        driver.command("launch 500")
+        driver.command("launchex 7")
+        driver.command("threads 4 1000")
+        values = of_pid(collector.collect(time.time()), driver.pid)
+
+    assert values[(signals.CUDA_LAUNCHES, None)] == 500 + 500 + 7 + 4 * 1000
+    gap = values[(signals.CUDA_LAUNCH_GAP_MAX_MS, None)]
+    assert 300.0 <= gap < 300.0 + 500.0, gap
+
+    assert values[(signals.CUDA_SYNCS, None)] == 28
+    sync_ms = values[(signals.CUDA_SYNC_MS, None)]
+    expected_sync_ms = 20 * 2.0 + 5 * 1.0 + 3 * 1.0
+    assert expected_sync_ms <= sync_ms < expected_sync_ms * 2, sync_ms
+    assert 2.0 <= values[(signals.CUDA_SYNC_MAX_MS, None)] < 20.0
+
+    memcpy = {
+        "htod": (12, 10 * 1048576 + 2 * 4096),
+        "dtoh": (5, 4 * 4096 + 100),
+        "dtod": (2, 2 * 123),
+        "any": (4, 3 * 1000 + 5),
+        "peer": (2, 2 * 777),
+    }
+    for kind, (calls, nbytes) in memcpy.items():
+        assert values[(signals.CUDA_MEMCPY_CALLS, kind)] == calls, kind
+        assert values[(signals.CUDA_MEMCPY_BYTES, kind)] == nbytes, kind
+        assert values[(signals.CUDA_MEMCPY_MS, kind)] >= 0.0
+
+    group_bytes = 2 * 256 * 4
+    nccl = {
+        "allreduce": (10, 10 * 1048576 * 4),
+        "allgather": (5, 5 * 1000 * 2),
+        "reducescatter": (3, 3 * 2048 * 2),
+        "broadcast": (4, 4 * 999),
+        "reduce": (3, 2 * 100 * 8),
+        "send": (3 + 2, 3 * 10 * 4 + group_bytes),
+        "recv": (1 + 2, 7 * 8 + group_bytes),
+    }
+    assert set(nccl) == set(signals.NCCL_OPS)
+    for op, (calls, nbytes) in nccl.items():
+        assert values[(signals.NCCL_CALLS, op)] == calls, op
+        assert values[(signals.NCCL_BYTES, op)] == nbytes, op
+    allreduce_ms = values[(signals.NCCL_MS, "allreduce")]
+    assert 10.0 <= allreduce_ms < 20.0 * 2, allreduce_ms
+    assert values[(signals.NCCL_GROUPS, None)] == 2  # outermost groups only
+    assert 10.0 <= values[(signals.NCCL_GROUP_MS, None)] < 40.0
+
+
+def test_each_interval_is_read_and_cleared_and_an_idle_process_shows_a_growing_gap(
+    built: Built, collector: EbpfCollector
+) -> None:
+    with Driver(built) as driver:
+        collector.collect(time.time())
+        driver.command("launch 100")
+        driver.command("nccl allreduce 3 16 7 0")
+        first = of_pid(collector.collect(time.time()), driver.pid)
+        assert first[(signals.CUDA_LAUNCHES, None)] == 100
+        assert first[(signals.NCCL_CALLS, "allreduce")] == 3
+
+        driver.command("launch 40")
+        second = of_pid(collector.collect(time.time()), driver.pid)
+        assert second[(signals.CUDA_LAUNCHES, None)] == 40  # not 140: the first was cleared
+        assert (signals.NCCL_CALLS, "allreduce") not in second
+
+        time.sleep(0.4)
+        idle = of_pid(collector.collect(time.time()), driver.pid)
+        assert idle[(signals.CUDA_LAUNCHES, None)] == 0
+        assert idle[(signals.CUDA_LAUNCH_GAP_MAX_MS, None)] >= 400.0
+        assert idle[(signals.CUDA_SYNC_MS, None)] == 0.0
+
+
+def test_a_process_started_later_is_found_and_one_library_file_is_probed_once(
+    built: Built, collector: EbpfCollector
+) -> None:
+    assert mine(collector, built) == {}
+    collector.collect(time.time())
+    with Driver(built) as first, Driver(built) as second:
+        collector.collect(time.time())
+        # Two processes, one file each for libcuda and libnccl: probed once, counted per pid.
+        assert len(mine(collector, built)) == 2
+        first.command("launch 10")
+        second.command("launch 25")
+        second.command("nccl send 2 8 7 0")
+        records = collector.collect(time.time())
+        assert of_pid(records, first.pid)[(signals.CUDA_LAUNCHES, None)] == 10
+        assert of_pid(records, second.pid)[(signals.CUDA_LAUNCHES, None)] == 25
+        assert of_pid(records, second.pid)[(signals.NCCL_BYTES, "send")] == 64
+        assert (signals.NCCL_BYTES, "send") not in of_pid(records, first.pid)
+        for record in records:
+            assert record[signals.NODE] == "test-node"
+
+
+def test_an_exited_process_is_reported_once_more_then_forgotten_and_probes_detached(
+    built: Built, collector: EbpfCollector
+) -> None:
+    driver = Driver(built)
+    pid = driver.pid
+    try:
+        collector.collect(time.time())
+        driver.command("launch 33")
+    finally:
+        assert driver.close() == 0
+    # The calls made before it exited are still delivered...
+    assert of_pid(collector.collect(time.time()), pid)[(signals.CUDA_LAUNCHES, None)] == 33
+    # ...then nothing more for that pid, and no process maps the library files any more.
+    assert of_pid(collector.collect(time.time()), pid) == {}
+    assert mine(collector, built) == {}
+    last_launch = collector.last_launches()
+    assert pid not in last_launch
