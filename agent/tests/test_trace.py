@@ -198,10 +198,13 @@ def test_malformed_lines_reported_with_line_numbers_and_skipped(tmp_path: Path) 
         json.dumps({"type": "exit", "ts": T0 + 3, "node": "n", "pid": 1}),  # 14 no exit_code
         json.dumps({"type": "hologram", "ts": T0 + 3, "x": 1}),  # 15 unknown type: kept
         json.dumps({**good, "ts": T0 + 4, "brand_new": {"a": 1}}),  # 16 unknown key: kept
+        '{"type":"sample","ts":1767225604.0,"name":"x","value":' + "9" * 5000 + "}",  # 17
+        "[" * 100_000 + "]" * 100_000,  # 18 nesting deeper than the parser's recursion
+        b"\xff\xfe".decode("latin-1"),  # 19 not UTF-8 once re-encoded below
     ]
     path = tmp_path / "bad.jsonl.gz"
-    with gzip.open(path, "wt") as fh:
-        fh.write("\n".join(lines) + "\n")
+    with gzip.open(path, "wb") as fh:
+        fh.write("\n".join(lines[:-1]).encode() + b"\n\xff\xfe\n")
     seen: list[int] = []
     reader = TraceReader(path, on_problem=lambda p: seen.append(p.line))
     got = list(reader)
@@ -209,9 +212,9 @@ def test_malformed_lines_reported_with_line_numbers_and_skipped(tmp_path: Path) 
     assert got[-1]["brand_new"] == {"a": 1}
     assert got[-2]["type"] == "hologram"
     by_line = {p.line: p.message for p in reader.problems}
-    assert sorted(by_line) == [3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 14]
+    assert sorted(by_line) == [3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 14, 17, 18, 19]
     assert seen == sorted(by_line)
-    assert "invalid JSON" in by_line[3]
+    assert "invalid JSON: Expecting value at character 63" in by_line[3]
     assert "missing required key 'value'" in by_line[4]
     assert "'value' must be a finite number" in by_line[5]
     assert "'labels' must be an object" in by_line[6]
@@ -222,6 +225,8 @@ def test_malformed_lines_reported_with_line_numbers_and_skipped(tmp_path: Path) 
     assert "empty line" in by_line[12]
     assert "non-finite" in by_line[13]
     assert "exit_code" in by_line[14]
+    assert "invalid JSON" in by_line[17] and "invalid JSON" in by_line[18]
+    assert "not UTF-8" in by_line[19]
 
 
 def test_meta_problems(tmp_path: Path) -> None:
@@ -311,5 +316,5 @@ def test_validate_command(tmp_path: Path) -> None:
         check=False,
     )
     assert run.returncode == 1
-    assert "line 10: invalid JSON" in run.stderr
+    assert "line 10: invalid JSON: Expecting property name" in run.stderr
     assert "problems: 1" in run.stdout

@@ -111,10 +111,15 @@ class TraceReader:
                     except UnicodeDecodeError as exc:
                         self._problem(lineno, f"not UTF-8: {exc}")
                         continue
-                    except ValueError as exc:
-                        text = raw.strip()
-                        what = "empty line" if not text else f"invalid JSON ({exc})"
+                    except json.JSONDecodeError as exc:
+                        if not raw.strip():
+                            what = "empty line"
+                        else:
+                            what = f"invalid JSON: {exc.msg} at character {exc.pos + 1}"
                         self._problem(lineno, what)
+                        continue
+                    except (ValueError, RecursionError) as exc:  # e.g. a 5000-digit integer
+                        self._problem(lineno, f"invalid JSON: {exc}"[:300])
                         continue
                     if lineno == 1:
                         problem = check_meta(obj)

@@ -82,63 +82,75 @@ OPTIONAL_KEYS: dict[str, dict[str, str]] = {
 _IDENTITY_KINDS = {k: (_STR if t is str else _INT) for k, t in IDENTITY_TYPES.items()}
 
 
-def _kind_ok(value: Any, kind: str) -> bool:
-    t = type(value)
-    if kind == _NUM:
-        return (t is float and math.isfinite(value)) or t is int
-    if kind == _INT:
-        return t is int
-    if kind == _STR:
-        return t is str
-    if kind == _OBJ:
-        return t is dict
-    if kind == _STR_OR_LIST:
-        return t is str or (t is list and all(type(x) is str for x in value))
-    raise AssertionError(kind)
+_KIND_TYPES: dict[str, frozenset[type]] = {
+    _NUM: frozenset((int, float)),
+    _INT: frozenset((int,)),
+    _STR: frozenset((str,)),
+    _OBJ: frozenset((dict,)),
+    _STR_OR_LIST: frozenset((str, list)),
+}
 
 
 def _describe(value: Any) -> str:
     if isinstance(value, float) and not math.isfinite(value):
         return f"non-finite {value!r}"
+    if value is None:
+        return "null"
     return f"{type(value).__name__} {value!r}"[:80]
+
+
+_LABELS = "labels"
+# type -> key -> (allowed types, kind, what to call it in a message): every key a record of that
+# type has whose value is checked, so one pass over the record's own keys checks it.
+_CHECKS: dict[str, dict[str, tuple[frozenset[type], str, str]]] = {}
+for _rtype, _required in REQUIRED_KEYS.items():
+    _table: dict[str, tuple[frozenset[type], str, str]] = {}
+    for _key, _kind in _IDENTITY_KINDS.items():
+        _table[_key] = (_KIND_TYPES[_kind], _kind, f"identity key {_key!r}")
+    for _key, _kind in (*OPTIONAL_KEYS[_rtype].items(), *_required):
+        _table[_key] = (_KIND_TYPES[_kind], _kind, f"{_rtype} record: {_key!r}")
+    _CHECKS[_rtype] = _table
 
 
 def check_record(obj: Any) -> str | None:
     """Why a decoded trace line is not a valid v1 record, or None when it is.
 
     Unknown record types pass (they are kept or ignored, never an error); meta records are
-    checked by `check_meta`.
+    checked by `check_meta`. Optional and identity keys that are null count as absent.
     """
     if type(obj) is not dict:
         return f"a record must be a JSON object, got {type(obj).__name__}"
     rtype = obj.get("type")
     if type(rtype) is not str:
         return "missing or non-string 'type'" if rtype is None else f"'type' is {_describe(rtype)}"
-    required = REQUIRED_KEYS.get(rtype)
-    if required is None:
+    checks = _CHECKS.get(rtype)
+    if checks is None:
         if rtype == TYPE_META:
             return check_meta(obj)
         return None
-    for key, kind in required:
-        if key not in obj:
-            return f"{rtype} record is missing required key {key!r}"
-        if not _kind_ok(obj[key], kind):
-            return f"{rtype} record: {key!r} must be {kind}, got {_describe(obj[key])}"
-    for key, kind in OPTIONAL_KEYS[rtype].items():
+    for key, kind in REQUIRED_KEYS[rtype]:
         value = obj.get(key)
-        if value is not None and not _kind_ok(value, kind):
-            return f"{rtype} record: {key!r} must be {kind}, got {_describe(value)}"
-    for key, kind in _IDENTITY_KINDS.items():
-        value = obj.get(key)
-        if value is not None and not _kind_ok(value, kind):
-            return f"identity key {key!r} must be {kind}, got {_describe(value)}"
-    labels = obj.get("labels")
-    if labels is not None:
-        if type(labels) is not dict:
-            return f"'labels' must be an object of strings, got {_describe(labels)}"
-        for lk, lv in labels.items():
-            if type(lv) is not str:
-                return f"labels[{lk!r}] must be a string, got {_describe(lv)}"
+        if value is None:
+            if key not in obj:
+                return f"{rtype} record is missing required key {key!r}"
+            return f"{rtype} record: {key!r} must be {kind}, got null"
+    for key, value in obj.items():
+        check = checks.get(key)
+        if check is None:
+            if key == _LABELS and value is not None:
+                if type(value) is not dict:
+                    return f"'labels' must be an object of strings, got {_describe(value)}"
+                for lk, lv in value.items():
+                    if type(lv) is not str:
+                        return f"labels[{lk!r}] must be a string, got {_describe(lv)}"
+            continue
+        if value is None:
+            continue
+        t = type(value)
+        if t not in check[0] or (t is float and not math.isfinite(value)):
+            return f"{check[2]} must be {check[1]}, got {_describe(value)}"
+        if t is list and not all(type(x) is str for x in value):
+            return f"{check[2]} must be {check[1]}, got {_describe(value)}"
     return None
 
 
