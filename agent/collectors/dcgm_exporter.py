@@ -49,9 +49,9 @@ class DcgmExporterCollector:
         self.node = node
         self._scraper = Scraper(url, fetch=fetch, timeout_s=timeout_s, warn=WarnOnce(log))
         self._last_xid: dict[str, float] = {}
-        # label-set tuple -> (identity dict, kept labels) — the same few sets every scrape.
+        # id(labels dict) -> (that dict, identity, kept labels); see _identity.
         self._ident_cache: dict[
-            tuple[tuple[str, str], ...], tuple[dict[str, Any] | None, dict[str, str]]
+            int, tuple[dict[str, str], dict[str, Any] | None, dict[str, str]]
         ] = {}
 
     def collect(self, now: float) -> list[Record]:
@@ -95,27 +95,31 @@ class DcgmExporterCollector:
         return out
 
     def _identity(self, raw: dict[str, str]) -> tuple[dict[str, Any] | None, dict[str, str]]:
-        key = tuple(sorted(raw.items()))
-        cached = self._ident_cache.get(key)
-        if cached is not None:
-            return cached
-        ident: dict[str, Any] = {}
+        # Keyed by the labels dict's identity: the scraper's parse cache hands out the same
+        # dict for the same label block every scrape. The entry keeps `raw` alive, so its id
+        # cannot be reused by another dict while cached.
+        cached = self._ident_cache.get(id(raw))
+        if cached is not None and cached[0] is raw:
+            return cached[1], cached[2]
+        ident: dict[str, Any] | None = {}
+        labels: dict[str, str] = {}
         uuid = raw.get("UUID")
         index = raw.get("gpu")
         if not uuid and not (index and index.isdigit()):
-            self._ident_cache[key] = (None, {})
-            return None, {}
-        node = self.node or raw.get("Hostname")
-        if node:
-            ident[signals.NODE] = node
-        if uuid:
-            ident[signals.GPU] = uuid
-        if index and index.isdigit():
-            ident[signals.GPU_INDEX] = int(index)
-        if raw.get("pod"):
-            ident[signals.JOB] = raw["pod"]
-        labels = {k: raw[k] for k in _KEPT_LABELS if raw.get(k)}
+            ident = None
+        else:
+            assert ident is not None
+            node = self.node or raw.get("Hostname")
+            if node:
+                ident[signals.NODE] = node
+            if uuid:
+                ident[signals.GPU] = uuid
+            if index and index.isdigit():
+                ident[signals.GPU_INDEX] = int(index)
+            if raw.get("pod"):
+                ident[signals.JOB] = raw["pod"]
+            labels = {k: raw[k] for k in _KEPT_LABELS if raw.get(k)}
         if len(self._ident_cache) > 4096:  # pods come and go; never grow without bound
             self._ident_cache.clear()
-        self._ident_cache[key] = (ident, labels)
+        self._ident_cache[id(raw)] = (raw, ident, labels)
         return ident, labels

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 
 from agent.collectors._common import FetchFn, WarnOnce, http_get
-from agent.parsers.prometheus import Scrape, parse_text
+from agent.parsers.prometheus import ParseCache, Scrape, parse_text
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +28,7 @@ class Scraper:
         self._fetch = fetch
         self._timeout_s = timeout_s
         self._warn = warn or WarnOnce(log)
+        self._cache = ParseCache()
 
     def scrape(self) -> Scrape | None:
         try:
@@ -35,7 +36,7 @@ class Scraper:
         except (OSError, ValueError) as exc:  # URLError/HTTPError/timeouts are OSError
             self._warn.fail(self.url, "cannot scrape %s: %s", self.url, exc)
             return None
-        result = parse_text(body)
+        result = parse_text(body, self._cache)
         if not result.samples:
             self._warn.fail(self.url, "scrape of %s returned no samples", self.url)
             return None

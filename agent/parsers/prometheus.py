@@ -58,11 +58,35 @@ class ParseError(ValueError):
     pass
 
 
-def parse_text(text: str) -> Scrape:
+class ParseCache:
+    """Label sets and names seen in earlier scrapes of the same endpoint.
+
+    An exporter prints the same label blocks every scrape, so a scraper that keeps one of these
+    parses each distinct `{…}` once; later scrapes cost a dict lookup per line. Samples then
+    share label dicts across scrapes: treat `Sample.labels` as read-only.
+    """
+
+    __slots__ = ("labels", "max_entries", "names")
+
+    def __init__(self, max_entries: int = 20_000) -> None:
+        self.labels: dict[str, dict[str, str]] = {}
+        self.names: set[str] = set()
+        self.max_entries = max_entries
+
+    def trim(self) -> None:
+        if len(self.labels) > self.max_entries:  # pods and models come and go
+            self.labels.clear()
+        if len(self.names) > self.max_entries:
+            self.names.clear()
+
+
+def parse_text(text: str, cache: ParseCache | None = None) -> Scrape:
     """Parse a whole exposition. Never raises on bad lines; see `Scrape.errors`."""
     scrape = Scrape()
     samples = scrape.samples
     append = samples.append
+    if cache is not None:
+        cache.trim()
     for lineno, raw in enumerate(text.split("\n"), 1):
         line = raw.strip()
         if not line:
@@ -71,7 +95,7 @@ def parse_text(text: str) -> Scrape:
             _comment(line, scrape)
             continue
         try:
-            append(_sample_line(line))
+            append(_sample_line(line, cache))
         except (ParseError, ValueError) as exc:
             scrape.errors.append(f"line {lineno}: {exc}: {line[:120]!r}")
     return scrape
@@ -88,20 +112,37 @@ def _comment(line: str, scrape: Scrape) -> None:
         scrape.help[parts[1]] = text.replace("\\n", "\n").replace("\\\\", "\\")
 
 
-def _sample_line(line: str) -> Sample:
+def _check_name(name: str, cache: ParseCache | None) -> None:
+    if cache is not None and name in cache.names:
+        return
+    if not _NAME_RE.fullmatch(name):
+        raise ParseError(f"bad metric name {name!r}")
+    if cache is not None:
+        cache.names.add(name)
+
+
+def _sample_line(line: str, cache: ParseCache | None = None) -> Sample:
     brace = line.find("{")
     if brace == -1:
         parts = line.split()
         if len(parts) < 2:
             raise ParseError("a sample needs a name and a value")
         name = parts[0]
-        if not _NAME_RE.fullmatch(name):
-            raise ParseError(f"bad metric name {name!r}")
+        _check_name(name, cache)
         return Sample(name, {}, _value(parts[1]), _timestamp(parts[2:]))
     name = line[:brace].strip()
-    if not _NAME_RE.fullmatch(name):
-        raise ParseError(f"bad metric name {name!r}")
-    labels, end = _labels(line, brace + 1)
+    _check_name(name, cache)
+    labels: dict[str, str] | None = None
+    close = line.find("}", brace)
+    if cache is not None and close != -1:
+        block = line[brace + 1 : close]
+        labels = cache.labels.get(block)
+        end = close + 1
+    if labels is None:
+        labels, end = _labels(line, brace + 1)
+        if cache is not None and end == close + 1:
+            # the first `}` closed the set: this block text always parses to these labels
+            cache.labels[line[brace + 1 : close]] = labels
     rest = line[end:].split()
     if not rest:
         raise ParseError("missing value")

@@ -4,7 +4,7 @@ callable returning bytes) and 404 for anything else. Runs in a daemon thread."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -12,7 +12,7 @@ Body = bytes | Callable[[], bytes]
 
 
 @contextmanager
-def serve(routes: dict[str, Body]) -> Iterator[str]:
+def serve(routes: Mapping[str, Body]) -> Iterator[str]:
     """Yields the base URL, e.g. http://127.0.0.1:41234."""
 
     class Handler(BaseHTTPRequestHandler):

@@ -85,3 +85,32 @@ def test_escapes_special_values_timestamps_and_exemplars() -> None:
     assert s.samples[-1].name == "last" and s.samples[-1].value == 2
     assert len(s.errors) == 2
     assert s.errors[0].startswith("line 9:") and s.errors[1].startswith("line 10:")
+
+
+@pytest.mark.parametrize("path", PROM_FILES, ids=lambda p: p.name)
+def test_parse_cache_gives_identical_results_across_scrapes(path: Path) -> None:
+    from agent.parsers.prometheus import ParseCache
+
+    text = path.read_text()
+    cache = ParseCache()
+    plain = parse_text(text).samples
+    first = parse_text(text, cache).samples
+    second = parse_text(text, cache).samples
+    assert first == plain and second == plain
+    assert cache.labels  # the second scrape was served from the cache
+    labelled = [i for i, s in enumerate(second) if s.labels]
+    assert all(second[i].labels is first[i].labels for i in labelled)
+
+
+def test_parse_cache_with_brace_and_escapes_in_values() -> None:
+    from agent.parsers.prometheus import ParseCache
+
+    cache = ParseCache()
+    text = 'm{a="x}y",b="1"} 1\nm{a="x}y",b="2"} 2\nm{p="q\\"r"} 3\n'
+    for _ in range(2):
+        s = parse_text(text, cache)
+        assert [x.labels for x in s.samples] == [
+            {"a": "x}y", "b": "1"},
+            {"a": "x}y", "b": "2"},
+            {"p": 'q"r'},
+        ]
