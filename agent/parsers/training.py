@@ -207,6 +207,13 @@ def parse_megatron(line: str) -> ParsedLine | None:
 _DS_STEPS = re.compile(r"\bsteps: (\d+) loss: (\S+) iter time \(s\): (\S+) samples/sec: (\S+)")
 # `[Rank 0] step=100, skipped=0, lr=[0.0001], mom=[(0.9, 0.999)]`
 _DS_STEP = re.compile(r"\bstep=(\d+), skipped=(\d+), lr=\[([^\],]+)")
+# timer: `epoch=0/micro_step=10/global_step=10, RunningAvgSamplesPerSec=220.69,
+#         CurrSamplesPerSec=222.88, MemAllocated=0.07GB, MaxMemAllocated=1.36GB`
+_DS_TIMER = re.compile(
+    r"epoch=(\d+)/micro_step=\d+/global_step=(\d+), RunningAvgSamplesPerSec=\S+,"
+    r" CurrSamplesPerSec=([\d.eE+-]+)(?:, MemAllocated=([\d.]+)GB)?"
+)
+_DS_RANK = re.compile(r"\[Rank (\d+)\]")
 
 
 def parse_deepspeed(line: str) -> ParsedLine | None:
@@ -231,8 +238,24 @@ def parse_deepspeed(line: str) -> ParsedLine | None:
                 lr = _num(m.group(3))
             except ValueError:
                 lr = None
+            rk = _DS_RANK.search(line)
             return ParsedLine(
-                PROGRESS, DEEPSPEED, step=int(m.group(1)), skipped_iters=int(m.group(2)), lr=lr
+                PROGRESS,
+                DEEPSPEED,
+                step=int(m.group(1)),
+                skipped_iters=int(m.group(2)),
+                lr=lr,
+                rank=int(rk.group(1)) if rk else None,
+            )
+        m = _DS_TIMER.search(line)
+        if m:
+            return ParsedLine(
+                PROGRESS,
+                DEEPSPEED,
+                epoch=float(m.group(1)),
+                step=int(m.group(2)),
+                samples_per_s=float(m.group(3)),
+                memory_gib=float(m.group(4)) if m.group(4) else None,
             )
     return None
 
@@ -525,6 +548,9 @@ def parse_common(line: str) -> ParsedLine | None:
 def _checkpoint(kind: str, m: re.Match[str], line: str) -> ParsedLine:
     groups = [g for g in m.groups() if g is not None]
     p = ParsedLine(kind, GENERIC)
+    rk = _DS_RANK.search(line)
+    if rk:
+        p.rank = int(rk.group(1))
     for g in groups:
         if g.isdigit():
             p.step = int(g)

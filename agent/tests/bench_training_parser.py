@@ -16,8 +16,8 @@ DATA = Path(__file__).parent / "data"
 
 def main(repeat: int = 100) -> None:
     base: list[str] = []
-    for folder in ("training", "nccl"):
-        for path in sorted((DATA / folder).iterdir()):
+    for folder in ("training", "nccl", "deepspeed"):
+        for path in sorted((DATA / folder).glob("*.log")):
             base.extend(path.read_text().split("\n"))
     corpus = base * repeat
     for label, fn in (("LogParser.feed", LogParser().feed), ("parse_line", parse_line)):

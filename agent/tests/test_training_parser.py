@@ -12,6 +12,7 @@ from agent.parsers.training import LogParser, ParsedLine, parse_line
 DATA = Path(__file__).parent / "data"
 TRAINING = DATA / "training"
 NCCL = DATA / "nccl"
+DEEPSPEED = DATA / "deepspeed"
 
 
 def lines(path: Path) -> list[str]:
@@ -52,7 +53,8 @@ def test_every_fixture_file_is_covered_by_a_test() -> None:
         "nccl_debug_info_init_complete_and_allreduce_perf_p4d_efa_2node.log",
         "pytorch_nccl_watchdog_timeout_deepspeed_launcher.log",
     }
-    present = {p.name for p in [*TRAINING.iterdir(), *NCCL.iterdir()]}
+    covered.add("deepspeed_engine_hellodeepspeed_bert_fp16_overflow.log")
+    present = {p.name for p in [*TRAINING.iterdir(), *NCCL.iterdir(), *DEEPSPEED.glob("*.log")]}
     assert present == covered
 
 
@@ -266,3 +268,22 @@ def test_python_traceback_start_frames_end() -> None:
 def test_unknown_lines_return_none() -> None:
     for line in ["", "hello world", "Epoch", "loss", "{'a': 1}", "iteration", "step: x"]:
         assert parse_line(line) is None, line
+
+
+def test_deepspeed_engine_timer_and_checkpoints() -> None:
+    f = DEEPSPEED / "deepspeed_engine_hellodeepspeed_bert_fp16_overflow.log"
+    step = at(f, 3)  # "[Rank 0] step=10, skipped=10, lr=[0.0001], mom=[(0.9, 0.999)]"
+    assert (step.kind, step.framework, step.step, step.rank) == ("progress", "deepspeed", 10, 0)
+    assert step.skipped_iters == 10 and step.lr == 0.0001
+    timer = at(f, 4)
+    assert (timer.framework, timer.step, timer.epoch) == ("deepspeed", 10, 0.0)
+    assert timer.samples_per_s == pytest.approx(222.88787331278564)
+    assert timer.memory_gib == 0.07
+    begin, end = at(f, 6), at(f, 15)
+    assert (begin.kind, begin.step, begin.rank) == ("checkpoint_begin", 10, 0)
+    assert (end.kind, end.step) == ("checkpoint_end", 10)
+    parsed = feed_all(f)
+    assert [p.step for _, p in parsed if p.kind == "progress"] == [10, 10, 20, 20]
+    assert at(f, 24).skipped_iters == 17
+    # overflow, warning, per-file "[Torch] Saving/Saved" and loguru lines are kept unparsed
+    assert {i for i, _ in parsed} == {3, 4, 6, 15, 24, 25}
