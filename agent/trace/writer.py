@@ -188,7 +188,10 @@ class TraceWriter:
 
     def write(self, record: _Base | Mapping[str, Any]) -> None:
         """Write one record (a typed record or a trace dict); raises TraceError if invalid."""
-        obj = record.to_dict() if isinstance(record, _Base) else dict(record)
+        if isinstance(record, _Base):
+            obj: Mapping[str, Any] = record.to_dict()
+        else:
+            obj = record if type(record) is dict else dict(record)
         if obj.get("type") == TYPE_META:
             raise TraceError("the meta record is written once, by the constructor")
         problem = check_record(obj)
