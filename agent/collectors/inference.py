@@ -40,6 +40,7 @@ log = logging.getLogger(__name__)
 VLLM = "vllm"
 SGLANG = "sglang"
 TGI = "tgi"
+AUTO = "auto"  # a configured URL: which server it is, is read off its metric names
 
 SGLANG_NAMES: dict[str, str] = {
     "sglang:num_running_reqs": signals.VLLM_NUM_REQUESTS_RUNNING,
@@ -73,6 +74,11 @@ class InferenceServer:
     pid: int | None = None
     max_num_seqs: int | None = None
     labels: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_url(cls, url: str, *, max_num_seqs: int | None = None) -> InferenceServer:
+        """A configured endpoint (`[inference] endpoints`); the server kind is detected."""
+        return cls(AUTO, url, None, max_num_seqs)
 
 
 def _flag(argv: list[str], *names: str) -> str | None:
@@ -243,28 +249,43 @@ class InferenceCollector:
                 ident[signals.NODE] = self.node
             if srv.pid is not None:
                 ident[signals.PID] = srv.pid
+            scrape = scraper.scrape()
             if srv.max_num_seqs is not None:
+                kind = srv.server
+                if kind == AUTO and scrape is not None:
+                    kind = detect_server(scrape) or AUTO
                 rec: Record = {
                     "type": "sample",
                     "ts": now,
                     "name": signals.INFERENCE_MAX_NUM_SEQS,
                     "value": srv.max_num_seqs,
-                    "labels": {"server": srv.server, **srv.labels},
+                    "labels": {"server": kind, **srv.labels},
                 }
                 rec.update(ident)
                 out.append(rec)
-            scrape = scraper.scrape()
             if scrape is not None:
                 out.extend(map_scrape(scrape, srv, now, ident))
         return out
+
+
+def detect_server(scrape: Scrape) -> str | None:
+    """vllm / sglang / tgi from the metric names of a scrape, or None."""
+    for s in scrape.samples:
+        for kind, prefix in _PREFIXES.items():
+            if s.name.startswith(prefix):
+                return kind
+    return None
 
 
 def map_scrape(
     scrape: Scrape, srv: InferenceServer, now: float, ident: dict[str, Any] | None = None
 ) -> list[Record]:
     """A server's scrape as sample records named per DESIGN §4."""
-    prefix = _PREFIXES[srv.server]
-    names = _NAME_MAPS[srv.server]
+    kind = srv.server if srv.server != AUTO else detect_server(scrape)
+    if kind is None:
+        return []
+    prefix = _PREFIXES[kind]
+    names = _NAME_MAPS[kind]
     out: list[Record] = []
     for s in scrape.samples:
         name = s.name
@@ -276,7 +297,7 @@ def map_scrape(
         if value != value or value in (float("inf"), float("-inf")):
             continue
         labels = dict(s.labels)
-        labels["server"] = srv.server
+        labels["server"] = kind
         if srv.labels:
             labels.update(srv.labels)
         rec: Record = {

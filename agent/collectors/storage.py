@@ -134,8 +134,17 @@ class StorageCollector:
         nfs: bool = True,
         local: bool = True,
         nfs_ops: tuple[str, ...] = DEFAULT_NFS_OPS,
+        mountstats_path: str | Path | None = None,
+        diskstats_path: str | Path | None = None,
+        mountinfo_path: str | Path | None = None,
     ) -> None:
         self.proc = Path(proc_root)
+        # Each file defaults to its place under proc_root; the config can point them elsewhere.
+        self._paths = {
+            "mountstats": Path(mountstats_path or self.proc / "self/mountstats"),
+            "diskstats": Path(diskstats_path or self.proc / "diskstats"),
+            "mountinfo": Path(mountinfo_path or self.proc / "self/mountinfo"),
+        }
         self.nfs = nfs
         self.local = local
         self.nfs_ops = nfs_ops
@@ -143,22 +152,23 @@ class StorageCollector:
         # (mount, fstype) -> (write ops, write ms) at the previous collect
         self._prev_writes: dict[tuple[str, str], tuple[int, int]] = {}
 
-    def _read(self, rel: str) -> str | None:
+    def _read(self, which: str) -> str | None:
+        path = self._paths[which]
         try:
-            return (self.proc / rel).read_text()
+            return path.read_text()
         except OSError as exc:
-            self._warn.fail(rel, "cannot read %s: %s", self.proc / rel, exc)
+            self._warn.fail(which, "cannot read %s: %s", path, exc)
             return None
 
     def collect(self, now: float) -> list[Record]:
         out: list[Record] = []
         if self.nfs:
-            text = self._read("self/mountstats")
+            text = self._read("mountstats")
             if text is not None:
                 self._nfs(parse_mountstats(text), now, out)
         if self.local:
             stats = self._read("diskstats")
-            info = self._read("self/mountinfo")
+            info = self._read("mountinfo")
             if stats is not None and info is not None:
                 self._local(parse_diskstats(stats), parse_mountinfo(info), now, out)
         return out

@@ -192,3 +192,21 @@ def test_server_down_returns_max_num_seqs_only() -> None:
     )
     records = col.collect(1.0)
     assert [r["name"] for r in records] == [signals.INFERENCE_MAX_NUM_SEQS]
+
+
+def test_configured_url_detects_the_server_kind() -> None:
+    with serve({"/s": SGLANG, "/v": VLLM, "/other": b"up 1\n"}) as base:
+        col = InferenceCollector(
+            discover_processes=False,
+            endpoints=[
+                InferenceServer.from_url(f"{base}/s"),
+                InferenceServer.from_url(f"{base}/v", max_num_seqs=32),
+                InferenceServer.from_url(f"{base}/other"),
+            ],
+        )
+        records = col.collect(1.0)
+    running = [r for r in records if r["name"] == signals.VLLM_NUM_REQUESTS_RUNNING]
+    assert sorted(r["labels"]["server"] for r in running) == ["sglang", "vllm"]
+    slots = [r for r in records if r["name"] == signals.INFERENCE_MAX_NUM_SEQS]
+    assert [(r["value"], r["labels"]["server"]) for r in slots] == [(32, "vllm")]
+    assert not [r for r in records if r["name"] == "up"]  # not an inference server: nothing

@@ -140,3 +140,17 @@ def test_this_machines_proc() -> None:
     local_mounts = {info[d][0] for d in info if d in stats}
     reported = {r["labels"]["mount"] for r in first if r["labels"]["fstype"] not in ("nfs", "nfs4")}
     assert reported == local_mounts
+
+
+def test_paths_can_be_given_one_by_one(tmp_path: Path) -> None:
+    shutil.copy(DATA / "mountstats_nfs.txt", tmp_path / "ms")
+    shutil.copy(DATA / "diskstats.txt", tmp_path / "ds")
+    (tmp_path / "mi").write_text(MOUNTINFO)
+    col = StorageCollector(
+        tmp_path / "no-proc-here",
+        mountstats_path=tmp_path / "ms",
+        diskstats_path=tmp_path / "ds",
+        mountinfo_path=tmp_path / "mi",
+    )
+    mounts = {r["labels"]["mount"] for r in col.collect(1.0)}
+    assert {"/mnt/nfs/test", "/", "/data", "/home"} <= mounts
