@@ -90,11 +90,67 @@ class SimulatedNvml:
         self.calls: collections.Counter[str] = collections.Counter()
         self._events: collections.deque[SimEventData] = collections.deque()
         self._registered: dict[int, int] = {}  # gpu index → event mask
+        self.hardware: dict[str, Any] | None = None
 
     @classmethod
     def with_gpus(cls, count: int, **kwargs: Any) -> SimulatedNvml:
         gpus = [SimGpu(uuid=f"GPU-{i:08x}-5f3c-4e7a-9b1d-{i:012x}", **kwargs) for i in range(count)]
         return cls(gpus)
+
+    @classmethod
+    def from_hardware(
+        cls, arrays: dict[str, Any], uuids: list[str], *, name: str = "NVIDIA H100 80GB HBM3"
+    ) -> SimulatedNvml:
+        """A simulated NVML backed by `agent.sim.hardware.simulate_gpus()` output (arrays of
+        shape (n_gpus, n_samples), DCGM names); `set_sample(t)` moves every GPU to column t.
+        A GPU whose readings are NaN/-1 at t (the model's "lost") raises GPU_IS_LOST."""
+        nv = cls([SimGpu(uuid=u, name=name, nvlink_crc_flit=[0]) for u in uuids])
+        nv.hardware = arrays
+        nv.set_sample(0)
+        return nv
+
+    def set_sample(self, t: int) -> None:
+        from agent import signals as s
+
+        hw = self.hardware
+        if hw is None:
+            raise ValueError("set_sample needs a simulator built with from_hardware()")
+        corrected, uncorrected = (
+            _real.NVML_MEMORY_ERROR_TYPE_CORRECTED,
+            _real.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+        )
+        for i, g in enumerate(self.gpus):
+
+            def at(name: str, default: float = 0.0, i: int = i) -> float:
+                arr = hw.get(name)
+                return default if arr is None else float(arr[i, t])
+
+            util = at(s.DCGM_FI_DEV_GPU_UTIL)
+            if util != util or util < 0:  # NaN or -1: the model lost this GPU
+                g.lost = True
+                continue
+            mib = 1024 * 1024
+            used = int(at(s.DCGM_FI_DEV_FB_USED))
+            g.util_gpu = int(util)
+            g.memory_used = used * mib
+            g.memory_total = (used + int(at(s.DCGM_FI_DEV_FB_FREE))) * mib
+            g.power_mw = round(at(s.DCGM_FI_DEV_POWER_USAGE) * 1000)
+            g.temp_c = round(at(s.DCGM_FI_DEV_GPU_TEMP))
+            g.memory_temp_c = round(at(s.DCGM_FI_DEV_MEMORY_TEMP))
+            g.sm_clock_mhz = int(at(s.DCGM_FI_DEV_SM_CLOCK))
+            g.throttle_reasons = int(at(s.DCGM_FI_DEV_CLOCK_THROTTLE_REASONS))
+            g.pcie_gen = int(at(s.DCGM_FI_DEV_PCIE_LINK_GEN))
+            g.pcie_width = int(at(s.DCGM_FI_DEV_PCIE_LINK_WIDTH))
+            g.pcie_replay = int(at(s.DCGM_FI_DEV_PCIE_REPLAY_COUNTER))
+            g.ecc[(corrected, _real.NVML_VOLATILE_ECC)] = int(at(s.DCGM_FI_DEV_ECC_SBE_VOL_TOTAL))
+            g.ecc[(uncorrected, _real.NVML_VOLATILE_ECC)] = int(at(s.DCGM_FI_DEV_ECC_DBE_VOL_TOTAL))
+            g.remapped_rows = (
+                int(at(s.DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS)),
+                int(at(s.DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS)),
+                0,
+                int(at(s.DCGM_FI_DEV_ROW_REMAP_FAILURE)),
+            )
+            g.nvlink_crc_flit = [int(at(s.DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL))]
 
     # --- fault injection -----------------------------------------------------------------------
 

@@ -209,3 +209,48 @@ def test_older_driver_falls_back_to_throttle_reasons() -> None:
     records = col.collect(1.0)
     assert _by_name(records, 0)[signals.DCGM_FI_DEV_CLOCK_THROTTLE_REASONS] == 0x8
     assert _events(records, signals.EVENT_COLLECTOR_ERROR) == []
+
+
+def test_round_trip_from_the_simulated_hardware_model() -> None:
+    """agent/sim/hardware.py arrays → simulated NVML API → collector → the same values."""
+    import numpy as np
+
+    from agent.sim.hardware import GpuActivity, GpuFaults, gpu_uuid, simulate_gpus
+
+    n_gpus, n = 2, 12
+    act = GpuActivity.idle(n_gpus, n)
+    act.engine_active[:] = 0.95
+    act.sm_active[:] = 0.8
+    act.tensor_active[:] = 0.5
+    act.dram_active[:] = 0.3
+    act.fb_used_mib[:] = 40000
+    faults = GpuFaults(n_gpus, n)
+    faults.set_preexisting(signals.DCGM_FI_DEV_ECC_SBE_VOL_TOTAL, 0, 9)
+    faults.bump(signals.DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL, 0, at=3, amount=4)
+    faults.lose(1, at=6)
+    arrays = simulate_gpus(act, faults, np.random.default_rng(7))
+    uuids = [gpu_uuid(7, "n1", i) for i in range(n_gpus)]
+    nv = SimulatedNvml.from_hardware(arrays, uuids)
+    col = NvmlCollector(nv, node="n1")
+    lost_at = None
+    for t in range(n):
+        nv.set_sample(t)
+        records = col.collect(float(t))
+        if _events(records, signals.EVENT_GPU_LOST):
+            lost_at = t
+        v = _by_name(records, 0)
+        for name in (
+            signals.DCGM_FI_DEV_GPU_UTIL,
+            signals.DCGM_FI_DEV_FB_USED,
+            signals.DCGM_FI_DEV_SM_CLOCK,
+            signals.DCGM_FI_DEV_CLOCK_THROTTLE_REASONS,
+            signals.DCGM_FI_DEV_PCIE_LINK_GEN,
+            signals.DCGM_FI_DEV_ECC_SBE_VOL_TOTAL,
+            signals.DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL,
+        ):
+            assert v[name] == arrays[name][0, t], (name, t)
+        assert v[signals.DCGM_FI_DEV_POWER_USAGE] == pytest.approx(
+            arrays[signals.DCGM_FI_DEV_POWER_USAGE][0, t], abs=0.001
+        )
+    assert lost_at == 6
+    assert arrays[signals.DCGM_FI_DEV_ECC_SBE_VOL_TOTAL][0, 0] == 9
