@@ -20,6 +20,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "create the PostgreSQL owner/app roles and database (production and CI)",
     ),
     "manage": ("proof_web.commands.manage", "run a Django management command"),
+    "simulate": ("agent.sim.cli", "write a simulated GPU-fleet trace for a scenario (no database)"),
 }
 
 

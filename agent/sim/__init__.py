@@ -60,6 +60,15 @@ def simulate(
         start_ts=float(start_ts),
     )
     run = builder(ctx)
-    run.meta.setdefault("scenario", info.name)
-    run.meta.setdefault("kind", info.kind)
+    # Every simulated trace's meta says what produced it and the window it covers.
+    for key, value in (
+        ("source", "proof-sim"),
+        ("scenario", info.name),
+        ("kind", info.kind),
+        ("seed", seed),
+        ("duration_s", float(duration_s)),
+        ("start_ts", float(start_ts)),
+        ("interval_s", ctx.interval_s),
+    ):
+        run.meta.setdefault(key, value)
     return run
