@@ -12,21 +12,36 @@ import pytest
 os.environ.setdefault("PROOF_ENV", "test")
 
 
+@pytest.fixture(autouse=True)
+def _fast_password_hashing(settings: Any) -> None:
+    # PBKDF2 at production strength costs ~0.5 s a user; tests make dozens of users.
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
 @pytest.fixture(scope="session")
 def django_db_setup(
     request: pytest.FixtureRequest, django_test_environment: None, django_db_blocker: Any
 ) -> Iterator[None]:
     """On PostgreSQL, create and migrate the test database as the owner role, then point the
     application role at it, so tests run under row-level security exactly as production."""
+    from django.conf import settings
     from django.db import connections
     from django.test.utils import setup_databases, teardown_databases
 
+    # WhiteNoise warns on every request when the static root is missing (collectstatic makes
+    # it in production).
+    os.makedirs(settings.STATIC_ROOT, exist_ok=True)
     with django_db_blocker.unblock():
-        if "owner" not in connections.settings:
+        if connections["default"].vendor != "postgresql":
             old_config = setup_databases(verbosity=0, interactive=False)
             yield
             teardown_databases(old_config, verbosity=0)
             return
+        if "owner" not in connections.settings:
+            raise RuntimeError(
+                "tests on PostgreSQL need DATABASE_OWNER_URL: the owner role creates and "
+                "migrates the test database, the application role runs the tests"
+            )
         owner = connections["owner"]
         default = connections["default"]
         original_name = owner.settings_dict["NAME"]

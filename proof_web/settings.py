@@ -116,19 +116,18 @@ if _app_db is None:
         }
     }
 else:
-    if _owner_db is None:
-        raise EnvError(
-            "DATABASE_URL is set but DATABASE_OWNER_URL is not: migrations must run as the "
-            "schema owner and the application as a restricted role"
-        )
-    if _owner_db.user == _app_db.user:
-        raise EnvError(
-            "DATABASE_URL and DATABASE_OWNER_URL use the same role "
-            f"({_app_db.user!r}); the application role must not own the tables"
-        )
-    # In tests the owner alias creates and migrates the test database and the app alias is
-    # pointed at it (conftest.py: django_db_setup), as in production.
-    DATABASES = {"default": _app_db.django(), "owner": _owner_db.django()}
+    # Only `migrate` (and the test suite) need the owner's credentials: web, ingest and workers
+    # run with DATABASE_URL alone, so they never hold a role that could alter the schema.
+    DATABASES = {"default": _app_db.django()}
+    if _owner_db is not None:
+        if _owner_db.user == _app_db.user:
+            raise EnvError(
+                "DATABASE_URL and DATABASE_OWNER_URL use the same role "
+                f"({_app_db.user!r}); the application role must not own the tables"
+            )
+        # In tests the owner alias creates and migrates the test database and the app alias
+        # is pointed at it (conftest.py: django_db_setup), as in production.
+        DATABASES["owner"] = _owner_db.django()
 
 DATABASE_ROUTERS = ["proof_web.db_router.AppRoleRouter"]
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"

@@ -85,8 +85,11 @@ def test_production_settings_refuse_unsafe_values(
             "PROOF_ENV='staging' must be one of development, production, test",
         ),
         (
-            {"DATABASE_URL": "postgres://app:x@127.0.0.1/proof", "DATABASE_OWNER_URL": ""},
-            "DATABASE_URL is set but DATABASE_OWNER_URL is not",
+            {
+                "DATABASE_URL": "postgres://app:x@127.0.0.1/proof",
+                "DATABASE_OWNER_URL": "postgres://app:x@127.0.0.1/proof",
+            },
+            "DATABASE_URL and DATABASE_OWNER_URL use the same role",
         ),
         (
             {

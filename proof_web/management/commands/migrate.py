@@ -9,12 +9,19 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.core.management.base import CommandError
 from django.core.management.commands.migrate import Command as DjangoMigrate
 from django.db import connections
 
 
 class Command(DjangoMigrate):
     def handle(self, *args: Any, **options: Any) -> None:
-        if options.get("database") in (None, "default") and "owner" in connections.settings:
-            options["database"] = "owner"
+        if options.get("database") in (None, "default"):
+            if "owner" in connections.settings:
+                options["database"] = "owner"
+            elif connections["default"].vendor == "postgresql":
+                raise CommandError(
+                    "migrate on PostgreSQL runs as the schema owner: set DATABASE_OWNER_URL "
+                    "(the application role in DATABASE_URL may not own tables)"
+                )
         super().handle(*args, **options)
