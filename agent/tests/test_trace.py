@@ -26,6 +26,7 @@ from agent.trace import (
     TraceOrderError,
     TraceReader,
     TraceWriter,
+    check_record,
     from_dict,
     validate_trace,
 )
@@ -214,7 +215,7 @@ def test_malformed_lines_reported_with_line_numbers_and_skipped(tmp_path: Path) 
     by_line = {p.line: p.message for p in reader.problems}
     assert sorted(by_line) == [3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 14, 17, 18, 19]
     assert seen == sorted(by_line)
-    assert "invalid JSON: Expecting value at character 63" in by_line[3]
+    assert "invalid JSON" in by_line[3] and "at character 63" in by_line[3]
     assert "missing required key 'value'" in by_line[4]
     assert "'value' must be a finite number" in by_line[5]
     assert "'labels' must be an object" in by_line[6]
@@ -223,10 +224,12 @@ def test_malformed_lines_reported_with_line_numbers_and_skipped(tmp_path: Path) 
     assert "labels['op'] must be a string" in by_line[9]
     assert "non-decreasing" in by_line[11]
     assert "empty line" in by_line[12]
-    assert "non-finite" in by_line[13]
+    assert "invalid JSON" in by_line[13] or "non-finite" in by_line[13]  # NaN is not JSON
+    nan_sample = {**good, "value": float("nan")}  # what json.loads would make of line 13
+    assert "non-finite nan" in (check_record(nan_sample) or "")
     assert "exit_code" in by_line[14]
     assert "invalid JSON" in by_line[17] and "invalid JSON" in by_line[18]
-    assert "not UTF-8" in by_line[19]
+    assert "UTF-8" in by_line[19]
 
 
 def test_meta_problems(tmp_path: Path) -> None:
@@ -316,5 +319,5 @@ def test_validate_command(tmp_path: Path) -> None:
         check=False,
     )
     assert run.returncode == 1
-    assert "line 10: invalid JSON: Expecting property name" in run.stderr
+    assert "line 10: invalid JSON" in run.stderr and "at character 2" in run.stderr
     assert "problems: 1" in run.stdout
