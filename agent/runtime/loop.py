@@ -32,6 +32,7 @@ class AgentStats:
     records: int = 0
     collector_errors: dict[str, int] = field(default_factory=dict)
     late_ticks: int = 0  # ticks that started later than their deadline by a whole interval
+    sink_errors: int = 0  # submit/flush calls that raised (the batch is lost; logged once)
     busy_s: float = 0.0  # process CPU time spent inside ticks
 
 
@@ -63,6 +64,7 @@ class Agent:
         self.node = node
         self.stats = AgentStats()
         self._failing: set[str] = set()
+        self._sink_failing = False
         self._stop = threading.Event()
 
     def stop(self) -> None:
@@ -107,10 +109,21 @@ class Agent:
         if batch:
             self.join.apply(batch, now)
             batch.sort(key=_ts_key)
-            self.sink.submit(batch)
         elif self.join._expiry:
             self.join.apply((), now)
-        self.sink.flush()
+        try:
+            if batch:
+                self.sink.submit(batch)
+            self.sink.flush()
+        except Exception as exc:
+            # A sink that raises (disk full, a transport bug) must not stop collection: the
+            # next interval may succeed. Durable sinks spool; this batch is what is lost.
+            self.stats.sink_errors += 1
+            if self.stats.sink_errors == 1 or not self._sink_failing:
+                log.error("sink failed, %d records lost: %s", len(batch), exc, exc_info=exc)
+            self._sink_failing = True
+        else:
+            self._sink_failing = False
         self.stats.ticks += 1
         self.stats.records += len(batch)
         self.stats.busy_s += time.process_time() - cpu0

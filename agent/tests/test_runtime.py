@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -248,3 +249,26 @@ def test_identity_join_keys_pids_per_node() -> None:
     b = {**a, "node": "n2"}
     join.apply([a, b], T0)
     assert (a["rank"], b["rank"]) == (0, 8)
+
+
+def test_sink_failure_does_not_stop_the_agent(caplog: pytest.LogCaptureFixture) -> None:
+    class FullDisk(MemorySink):
+        calls = 0
+
+        def submit(self, records: Sequence[Record]) -> None:
+            self.calls += 1
+            if self.calls in (2, 3):
+                raise OSError(28, "No space left on device")
+            super().submit(records)
+
+    sink = FullDisk()
+    agent = Agent([Ticker()], sink, clock=ManualClock(T0))
+    with caplog.at_level(logging.ERROR):
+        stats = agent.run(max_ticks=5)
+    assert stats.ticks == 5 and stats.sink_errors == 2
+    assert sorted({r["ts"] for r in sink.records if r.get("name") == signals.CUDA_SYNC_MS}) == [
+        T0,
+        T0 + 3,
+        T0 + 4,
+    ]
+    assert sum("sink failed" in m for m in caplog.messages) == 1
