@@ -104,12 +104,20 @@ class SimRun:
             )
         )
 
+    @property
+    def end_ts(self) -> float:
+        """End of the trace window: nothing at or after it is recorded."""
+        return self.start_ts + self.interval_s * self.n_samples
+
     def add(self, record: dict[str, Any]) -> None:
-        """A discrete record (job, process, exit, log, event) with its `ts`."""
-        self._discrete.append(record)
+        """A discrete record (job, process, exit, log, event) with its `ts`; a record outside
+        the trace window (what would happen after the recording stopped) is dropped."""
+        if record["ts"] < self.end_ts:
+            self._discrete.append(record)
 
     def add_many(self, records: Sequence[dict[str, Any]]) -> None:
-        self._discrete.extend(records)
+        for record in records:
+            self.add(record)
 
     # --- reading ----------------------------------------------------------------------------
 

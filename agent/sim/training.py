@@ -147,9 +147,10 @@ def draw_plan(
     )
     world = len(node_ids) * fleet.gpus_per_node
     mfu = rng.uniform(0.32, 0.52)
+    # Model FLOPs per step fix the tokens per step (6·P·tokens at the drawn MFU and step time).
     tokens = mfu * _H100_BF16_FLOPS * world * step / (6 * params_b * 1e9)
     seq_len = int(rng.choice([2048, 4096, 8192]))
-    global_batch = max(world, round(tokens / seq_len / world) * world)
+    global_batch = max(1, round(tokens / seq_len))
     tensor = rng.uniform(0.38, 0.68)
     mount = (
         ckpt_mount
@@ -161,6 +162,9 @@ def draw_plan(
     first = int(rng.choice([0, 0, 0, int(rng.integers(1, 200)) * 100]))
     n_steps_window = fleet.n_samples * fleet.interval_s / step
     ckpt_every = int(max(20, round(n_steps_window / rng.uniform(2.5, 6.0), -1)))
+    # Healthy saves cost at most ~5% of the time: big models checkpoint less often.
+    save_s = params_b * 1e9 * 14.0 / len(node_ids) / 1.5e9
+    ckpt_every = max(ckpt_every, int(round(save_s / (0.05 * step), -1)))
     vocab_loss = float(np.log(rng.choice([32000, 50257, 128256])))
     return JobPlan(
         job_id=job_id,
@@ -188,7 +192,7 @@ def draw_plan(
         precision=str(rng.choice(["bf16", "bf16", "fp8"])),
         seq_len=seq_len,
         global_batch=global_batch,
-        tokens_per_step=float(global_batch * seq_len),
+        tokens_per_step=float(tokens),
         first_step=first,
         total_steps=total,
         ckpt_every=ckpt_every,
@@ -313,12 +317,10 @@ def simulate_job(
             break
         i = fleet.index_at(t)
         if plan.imbalance_seqs > 0 and t >= plan.imbalance_from:
-            lens = rng.lognormal(0.0, 0.75, (W, plan.imbalance_seqs))
+            lens = rng.lognormal(0.0, 0.4, (W, plan.imbalance_seqs))
             work = (lens + 0.35 * lens**2).sum(axis=1)
-            work = work / (
-                plan.imbalance_seqs * np.exp(0.75**2 / 2) * (1 + 0.35 * np.exp(2 * 0.75**2))
-            )
-            work = 0.55 + 0.45 * work
+            mean_work = plan.imbalance_seqs * (np.exp(0.4**2 / 2) + 0.35 * np.exp(2 * 0.4**2))
+            work = 0.6 + 0.4 * work / mean_work
         else:
             work = 1.0 + rank_jitter + rng.normal(0, 0.008, W)
         eff = np.ones(W)
@@ -332,7 +334,7 @@ def simulate_job(
         produce = plan.data_frac * plan.step_time_s
         if plan.starve is not None and t >= plan.starve[0]:
             produce *= plan.starve[1]
-        d = np.maximum(0.0, produce * rng.uniform(0.97, 1.03, W) - prev_busy) + d_extra
+        d = np.maximum(0.0, produce * rng.normal(1.0, 0.01, W) - prev_busy) + d_extra
         cs = t + d
         arr = cs + c
         if plan.hang is not None and t >= plan.hang[1] and hang_step is None:
@@ -958,6 +960,9 @@ def _emit_records(
             nan_iters += 1
         if k in ckpt_after:
             t0, t1 = ckpt_after[k]
+            if isinstance(fmt, NanoGPT):
+                lv = float(loss[k])
+                log(*fmt.eval_line(t0 + 0.005, step, lv, lv * 1.01 + 0.01))
             for ts, line in fmt.ckpt_begin(t0 + 0.01, step):
                 log(ts, line)
             for ts, line in fmt.ckpt_end(t1, step, t1 - t0):
@@ -1000,8 +1005,6 @@ def _emit_records(
         )
         for ts, line in fmt.step(sl_log):
             log(ts, line)
-        if isinstance(fmt, NanoGPT) and step % (fmt_interval * 25) == 0:
-            log(*fmt.eval_line(float(step_end[k]) + 0.001, step, lval, lval * 1.01))
         nan_iters = 0 if fmt.name == "megatron" else nan_iters
     if res.state == "completed":
         last = float(step_end[K - 1]) + 0.5
