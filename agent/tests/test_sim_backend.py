@@ -274,3 +274,12 @@ def test_real_scenario_through_the_agent(tmp_path: Path, scenario: str) -> None:
     assert report.counts["sample"] == len(original)
     assert report.meta is not None and report.meta["truth"] == run.meta["truth"]
     assert report.meta["truth"]["family"] == scenario
+
+
+def test_run_command_writes_a_trace_with_out(tmp_path: Path) -> None:
+    out = tmp_path / "run.jsonl"
+    argv = ["run", "--scenario", TINY, "--speed", "max", "--duration", "8", "--node", "tiny-0"]
+    assert agent_main([*argv, "--start-ts", str(T0), "--out", str(out)]) == 0
+    report = validate_trace(out)
+    assert report.ok and report.counts["sample"] == 3 * 2 * 8
+    assert {r["node"] for r in TraceReader(out)} == {"tiny-0"}
