@@ -127,7 +127,11 @@ class IdentityJoin:
                             if value is not None:
                                 rec[key] = value
                                 filled += 1
-                if rtype == TYPE_EXIT and ident is not None:
+                # A process seen gone without an exit code (identity collector) ends too.
+                ended = rtype == TYPE_EXIT or (
+                    rtype == "event" and rec.get("name") == signals.EVENT_PROCESS_GONE
+                )
+                if ended and ident is not None:
                     self._expiry[pkey] = float(rec.get("ts", now or 0.0)) + self.exit_grace_s
             gpu = rec.get(signals.GPU)
             index = rec.get(signals.GPU_INDEX)

@@ -253,3 +253,22 @@ def test_no_slurm_on_node_asks_nothing(tmp_path: Path) -> None:
     )
     assert [r["type"] for r in col.collect(1.0)] == ["process"]
     assert runner.asked == []
+
+
+def test_runtime_join_forgets_a_process_that_is_gone(tmp_path: Path) -> None:
+    """process_gone ends a pid in the agent's identity join like an exit record, so a reused
+    pid never inherits the old process's job and rank."""
+    from agent.runtime import IdentityJoin
+
+    make_proc(tmp_path, 400, {"SLURM_JOB_ID": "1", "RANK": "7"}, start=100)
+    gpu_map = {400: [G0]}
+    col = IdentityCollector(node=NODE, proc_root=tmp_path, gpu_pids=lambda: gpu_map)
+    join = IdentityJoin(NODE, exit_grace_s=5.0)
+    join.apply(col.collect(10.0), now=10.0)
+    assert join.identity_of(400)["rank"] == 7  # type: ignore[index]
+    for f in (tmp_path / "400").iterdir():
+        f.unlink()
+    gpu_map.clear()
+    join.apply(col.collect(11.0), now=11.0)
+    join.apply([], now=17.0)  # past the grace period
+    assert join.identity_of(400) is None
