@@ -223,8 +223,9 @@ def check_inference(cfg: AgentConfig, timeout: float) -> Check:
         try:
             from agent.collectors.inference import discover
 
-            discovered = [f"{s.server} {s.url}" for s in discover(cfg.paths.proc_root)]
-            urls += [s.url for s in discover(cfg.paths.proc_root)]
+            servers = discover(cfg.paths.proc_root)
+            discovered = [f"{s.server} {s.url}" for s in servers]
+            urls += [s.url for s in servers]
         except ImportError:
             pass
     if not urls:
