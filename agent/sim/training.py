@@ -636,7 +636,9 @@ def _emit_process_signals(
     for r in range(W):
         comp_cum = np.cumsum(frac[r, COMPUTE] * dt)
         comp_cum = np.concatenate([[0.0], comp_cum])
-        launches[r] = np.diff(np.floor(comp_cum * launch_rate)).astype(np.int64)
+        # Kernel launches follow compute time, at a rate that wobbles a little per interval.
+        wobble = rng.lognormal(0.0, 0.03, i1 - i0)
+        launches[r] = np.round(np.diff(comp_cum) * launch_rate * wobble).astype(np.int64)
         arr_r = res.arrive[r, :K]
         if K:
             idx = np.floor((arr_r - sub_edges[0]) / dt).astype(np.int64)
