@@ -100,6 +100,7 @@ class DcgmCollector:
         bindings: Bindings | None = None,
         loader: Callable[[Sequence[str | Path]], Bindings] = load_bindings,
         gpu_uuid: Callable[[int], str | None] | None = None,
+        retry_after_s: float = 60.0,
     ) -> None:
         self.node = node or socket.gethostname()
         self.host = host
@@ -107,6 +108,7 @@ class DcgmCollector:
         self._bindings = bindings
         self._loader = loader
         self._gpu_uuid = gpu_uuid
+        self.retry_after_s = retry_after_s
         self.available: bool | None = None
         self.unavailable_reason: str | None = None
         self._handle: Any = None
@@ -114,6 +116,8 @@ class DcgmCollector:
         self._field_group: Any = None
         self._uuids: dict[int, str | None] = {}
         self._read_error_reported = False
+        self._retryable = False
+        self._retry_at: float | None = None
 
     def start(self) -> bool:
         if self.available is not None:
@@ -139,16 +143,22 @@ class DcgmCollector:
             )
             self._group.samples.WatchFields(self._field_group, UPDATE_FREQ_US, MAX_KEEP_AGE_S, 0)
         except DcgmUnavailable as exc:
-            return self._unavailable(str(exc))
+            return self._unavailable(str(exc), retry=False)
         except Exception as exc:
-            return self._unavailable(_explain(exc, self.host))
+            # The bindings are there but the host engine did not answer (not started yet,
+            # restarting): worth asking again later, unlike missing bindings.
+            self._handle = self._group = self._field_group = None
+            return self._unavailable(_explain(exc, self.host), retry=True)
         self.available = True
+        self.unavailable_reason = None
         return True
 
-    def _unavailable(self, reason: str) -> bool:
+    def _unavailable(self, reason: str, *, retry: bool) -> bool:
         self.available = False
+        self._retryable = retry
+        if reason != self.unavailable_reason:
+            log.warning("DCGM bindings unavailable: %s", reason)
         self.unavailable_reason = reason
-        log.warning("DCGM bindings unavailable: %s", reason)
         return False
 
     def close(self) -> None:
@@ -162,7 +172,12 @@ class DcgmCollector:
         self.available = None
 
     def collect(self, now: float) -> list[Record]:
+        if self.available is False and self._retryable and now >= (self._retry_at or 0.0):
+            self.available = None  # time to ask the host engine again
+        attempted = self.available is None
         if not self.start():
+            if attempted and self._retryable:
+                self._retry_at = now + self.retry_after_s
             return []
         try:
             latest = self._group.samples.GetLatest(self._field_group)

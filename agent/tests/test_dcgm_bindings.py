@@ -172,3 +172,26 @@ def test_read_failure_reported_once_then_recovers() -> None:
     assert col.collect(2.0) == []
     fake.fail = None
     assert [r["name"] for r in col.collect(3.0)] == [signals.DCGM_FI_PROF_GR_ENGINE_ACTIVE]
+
+
+def test_host_engine_started_later_is_picked_up() -> None:
+    fake = FakeDcgm({0: {1001: [FieldValue(1001, 0.7, 1)]}}, fail="connect")
+    col = DcgmCollector(node=NODE, bindings=fake.bindings, retry_after_s=60)
+    assert col.collect(100.0) == []
+    fake.fail = None  # nv-hostengine comes up
+    assert col.collect(130.0) == []  # not asked again before retry_after_s
+    assert [r["value"] for r in col.collect(161.0)] == [0.7]
+    assert col.available is True and col.unavailable_reason is None
+
+
+def test_missing_bindings_are_not_retried(tmp_path: Path) -> None:
+    calls = []
+
+    def loader(paths: object) -> Bindings:
+        calls.append(paths)
+        raise DcgmUnavailable("DCGM Python bindings not found")
+
+    col = DcgmCollector(node=NODE, loader=loader, retry_after_s=1)
+    for t in range(5):
+        col.collect(float(t * 10))
+    assert len(calls) == 1
