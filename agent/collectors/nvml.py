@@ -72,10 +72,14 @@ class NvmlCollector:
         *,
         node: str | None = None,
         collect_processes: bool = True,
+        retry_after_s: float = 60.0,
     ) -> None:
         self.nvml = nvml
         self.node = node or socket.gethostname()
         self.collect_processes = collect_processes
+        # NVML that failed to start is tried again this often (driver loaded after the agent).
+        self.retry_after_s = retry_after_s
+        self._retry_at: float | None = None
         self.available: bool | None = None  # None until the first start attempt
         self.unavailable_reason: str | None = None
         self._gpus: list[_Gpu] = []
@@ -97,17 +101,11 @@ class NvmlCollector:
         try:
             nv.nvmlInit()
         except nv.NVMLError as exc:
-            self.available = False
-            self.unavailable_reason = describe_init_error(nv, exc)
-            log.warning("NVML unavailable: %s", self.unavailable_reason)
-            return False
+            return self._unavailable(describe_init_error(nv, exc))
         try:
             count = nv.nvmlDeviceGetCount()
         except nv.NVMLError as exc:
-            self.available = False
-            self.unavailable_reason = f"nvmlDeviceGetCount failed: {exc}"
-            log.warning("NVML unavailable: %s", self.unavailable_reason)
-            return False
+            return self._unavailable(f"nvmlDeviceGetCount failed: {exc}")
         for index in range(count):
             try:
                 handle = nv.nvmlDeviceGetHandleByIndex(index)
@@ -133,7 +131,15 @@ class NvmlCollector:
         }
         self._register_events()
         self.available = True
+        self.unavailable_reason = None
         return True
+
+    def _unavailable(self, reason: str) -> bool:
+        self.available = False
+        if reason != self.unavailable_reason:  # retries repeat it; say it once
+            log.warning("NVML unavailable: %s", reason)
+        self.unavailable_reason = reason
+        return False
 
     def close(self) -> None:
         nv = self.nvml
@@ -179,7 +185,12 @@ class NvmlCollector:
     # --- collection ----------------------------------------------------------------------------
 
     def collect(self, now: float) -> list[Record]:
+        if self.available is False and self._retry_at is not None and now >= self._retry_at:
+            self.available = None
+        attempted = self.available is None
         if not self.start():
+            if attempted:
+                self._retry_at = now + self.retry_after_s
             return []
         out: list[Record] = []
         for rec in self._pending:

@@ -254,3 +254,16 @@ def test_round_trip_from_the_simulated_hardware_model() -> None:
         )
     assert lost_at == 6
     assert arrays[signals.DCGM_FI_DEV_ECC_SBE_VOL_TOTAL][0, 0] == 9
+
+
+def test_driver_loaded_after_the_agent_is_picked_up() -> None:
+    sim = SimulatedNvml.with_gpus(1)
+    sim.driver_missing = True
+    col = NvmlCollector(sim, node=NODE, retry_after_s=60)
+    assert col.collect(100.0) == []
+    sim.driver_missing = False
+    assert col.collect(150.0) == []  # not retried before 60 s
+    assert sim.calls["nvmlInit"] == 1
+    records = col.collect(161.0)
+    assert signals.DCGM_FI_DEV_GPU_UTIL in _by_name(records, 0)
+    assert col.available is True and col.unavailable_reason is None
