@@ -17,6 +17,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "doctor": ("agent.commands.doctor", "say which sources work on this node, and why not"),
     "run": ("agent.commands.run", "run the node agent (collect, key, ship to ingest)"),
     "record": ("agent.commands.record", "run the agent and write what it collects as a trace"),
+    "bench": ("agent.commands.bench", "measure the agent's cost (--ebpf: uprobe ns per call)"),
 }
 
 

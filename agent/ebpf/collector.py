@@ -37,6 +37,7 @@ from agent.collectors._common import Record, WarnOnce
 from agent.ebpf import discovery
 from agent.ebpf._bcc import import_bcc
 from agent.ebpf.calls import (
+    CUDA,
     CUDA_CALLS,
     MEMCPY_KINDS,
     NCCL_OP_LABELS,
@@ -121,6 +122,7 @@ class EbpfCollector:
         self._next_scan_ns = 0
         self._attached: dict[tuple[str, int], _Attached] = {}
         self._failed: set[tuple[str, int]] = set()  # library files that refused probes
+        self._cuda_pids: set[int] = set()
         self._warn = WarnOnce(log)
 
     # --- lifecycle ---------------------------------------------------------------------------
@@ -158,6 +160,11 @@ class EbpfCollector:
         self.close()
 
     @property
+    def cuda_pids(self) -> set[int]:
+        """The processes that mapped libcuda at the last rescan (the GPU processes)."""
+        return set(self._cuda_pids)
+
+    @property
     def attached_libraries(self) -> dict[str, list[str]]:
         """path → symbols probed, for `proof-agent doctor` and the tests."""
         return {a.path: list(a.symbols) for a in self._attached.values()}
@@ -185,15 +192,19 @@ class EbpfCollector:
         from library files no process maps any more."""
         pids = self.pid_source() if self.pid_source else discovery.list_pids(self.proc_root)
         in_use: set[tuple[str, int]] = set()
+        cuda_pids: set[int] = set()
         for pid, libraries in discovery.scan(self.proc_root, pids).items():
             for library in libraries:
                 in_use.add(library.identity)
+                if library.kind == CUDA:
+                    cuda_pids.add(pid)
                 if library.identity in self._attached or library.identity in self._failed:
                     continue
                 self._attach(library, discovery.host_path(self.proc_root, pid, library))
         for identity in [i for i in self._attached if i not in in_use]:
             self._detach(identity)
         self._failed &= in_use
+        self._cuda_pids = cuda_pids
 
     def _attach(self, library: discovery.LibraryFile, path: str) -> None:
         bpf = self._bpf

@@ -14,8 +14,13 @@
 //   nccl allreduce|allgather|reducescatter|broadcast|reduce|send|recv N COUNT DTYPE US
 //   group N US               N x { GroupStart; GroupStart; Send; Recv; GroupEnd; GroupEnd },
 //                            the outer GroupEnd blocking US microseconds
-//   bench launch|sync|allreduce N     time N calls (no delay); answers "ok <ns per call>"
+//   bench launch|sync|allreduce N     time N calls (no delay); answers
+//                            "ok <wall ns per call> <CPU ns per call, user+kernel>"
 //   say TEXT                 write TEXT and a newline to stderr (for the write-capture test)
+//   sayparts A|B|C           write(2) A, then B, then C, then "\n", as separate writes to
+//                            stderr; the two characters \r stand for a carriage return
+//   saylong N                one write to stderr of N 'x' and a newline
+//   saynonl TEXT             write TEXT to stderr without a newline
 //   exit
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -53,9 +58,9 @@ static void *sym(void *lib, const char *name) {
     return p;
 }
 
-static long long now_ns(void) {
+static long long clock_ns(clockid_t clock) {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(clock, &ts);
     return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
@@ -166,7 +171,7 @@ static int do_command(char *line) {
             *nccl_delay = 0;
         }
     } else if (!strcmp(what, "bench") && sscanf(line, "%*s %31s %ld", kind, &n) == 2) {
-        long long t0 = now_ns();
+        long long t0 = clock_ns(CLOCK_MONOTONIC), c0 = clock_ns(CLOCK_PROCESS_CPUTIME_ID);
         if (!strcmp(kind, "launch")) {
             launch_n(n);
         } else if (!strcmp(kind, "sync")) {
@@ -183,10 +188,45 @@ static int do_command(char *line) {
             fflush(stdout);
             return 0;
         }
-        long long t1 = now_ns();
-        printf("ok %.3f\n", n ? (double)(t1 - t0) / (double)n : 0.0);
+        long long t1 = clock_ns(CLOCK_MONOTONIC), c1 = clock_ns(CLOCK_PROCESS_CPUTIME_ID);
+        double calls = n ? (double)n : 1.0;
+        printf("ok %.3f %.3f\n", (double)(t1 - t0) / calls, (double)(c1 - c0) / calls);
         fflush(stdout);
         return 0;
+    } else if (!strcmp(what, "sayparts")) {
+        char *text = line + 8;
+        while (*text == ' ')
+            text++;
+        for (char *part = strtok(text, "|"); part; part = strtok(NULL, "|")) {
+            char out[4096];
+            size_t o = 0;
+            for (const char *p = part; *p && o < sizeof out; p++) {
+                if (p[0] == '\\' && p[1] == 'r') {
+                    out[o++] = '\r';
+                    p++;
+                } else {
+                    out[o++] = *p;
+                }
+            }
+            if (write(2, out, o) < 0)
+                return 0;
+        }
+        if (write(2, "\n", 1) < 0)
+            return 0;
+    } else if (!strcmp(what, "saylong") && sscanf(line, "%*s %ld", &n) == 1) {
+        char *out = malloc((size_t)n + 1);
+        memset(out, 'x', (size_t)n);
+        out[n] = '\n';
+        ssize_t written = write(2, out, (size_t)n + 1);
+        free(out);
+        if (written < 0)
+            return 0;
+    } else if (!strcmp(what, "saynonl")) {
+        const char *text = line + 7;
+        while (*text == ' ')
+            text++;
+        if (write(2, text, strlen(text)) < 0)
+            return 0;
     } else if (!strcmp(what, "say")) {
         const char *text = line + 3;
         while (*text == ' ')

@@ -1,0 +1,38 @@
+"""`proof-agent bench --ebpf` on a small number of calls: the probes see every call and the
+report has every figure."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from agent.commands import bench as bench_command
+from agent.ebpf.bench import KINDS, format_report, measure_probe_overhead
+
+pytestmark = pytest.mark.bpf
+
+
+def test_probe_overhead_is_measured_and_every_call_is_seen() -> None:
+    try:
+        result = measure_probe_overhead(calls=3000, repeats=1)
+    except RuntimeError as error:
+        if "BPF programs cannot be loaded" in str(error):
+            pytest.skip(str(error))
+        raise
+    assert result["complete"], result
+    for kind in KINDS:
+        row = result["kinds"][kind]
+        assert row["calls_seen_by_probes"] == row["calls_made"] == 3000
+        # A uprobe is a trap into the kernel: it costs more than the empty call it probes.
+        assert row["cpu_ns_per_call_with"] > row["cpu_ns_per_call_without"]
+        assert row["overhead_ns_per_call"] > 0
+    report = format_report(result)
+    assert "launch" in report and "allreduce" in report and "overhead" in report
+
+
+def test_bench_without_a_part_says_what_it_can_do(capsys: pytest.CaptureFixture[str]) -> None:
+    parser = argparse.ArgumentParser()
+    bench_command.add_arguments(parser)
+    assert bench_command.run(parser.parse_args([])) == 2
+    assert "--ebpf" in capsys.readouterr().err

@@ -1,0 +1,96 @@
+"""eBPF capture of what a GPU process writes to stdout/stderr, turned into log records."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from agent import signals
+from agent.ebpf.output import OutputCapture
+from agent.ebpf.probe_target import Built, Driver
+
+pytestmark = pytest.mark.bpf
+
+
+@pytest.fixture
+def driver(built: Built) -> Iterator[Driver]:
+    with Driver(built) as running:
+        yield running
+
+
+@pytest.fixture
+def tracked(driver: Driver) -> set[int]:
+    return {driver.pid}
+
+
+@pytest.fixture
+def capture(tracked: set[int]) -> Iterator[OutputCapture]:
+    capture = OutputCapture(pid_source=lambda: tracked, node="test-node", capture_bytes=512)
+    if not capture.start():
+        pytest.skip(capture.unavailable_reason or "BPF programs cannot be loaded")
+    try:
+        yield capture
+    finally:
+        capture.close()
+
+
+def lines_of(records: list[dict], pid: int, stream: str) -> list[dict]:
+    return [
+        r for r in records if r["type"] == "log" and r[signals.PID] == pid and r["stream"] == stream
+    ]
+
+
+def test_lines_written_to_stdout_and_stderr_become_log_records(
+    driver: Driver, capture: OutputCapture, tracked: set[int]
+) -> None:
+    capture.collect(time.time())  # starts tracking the driver
+    before = time.time()
+    driver.command("say step 10 loss=2.345 lr=3e-4")
+    driver.command("sayparts step 1|1 loss=|2.3|01")  # one line in five write() calls
+    driver.command("sayparts epoch 0: 10%\\r|epoch 0: 20%\\r|epoch 0: 30%")
+    driver.command("saylong 2000")  # more than capture_bytes in one write
+    records = capture.collect(time.time())
+    after = time.time()
+
+    stderr = lines_of(records, driver.pid, "stderr")
+    assert [r["line"] for r in stderr] == [
+        "step 10 loss=2.345 lr=3e-4",
+        "step 11 loss=2.301",
+        "epoch 0: 10%",
+        "epoch 0: 20%",
+        "epoch 0: 30%",
+        "x" * 512,
+    ]
+    assert [r.get("truncated", False) for r in stderr] == [False] * 5 + [True]
+    for record in stderr:
+        assert before - 0.5 <= record["ts"] <= after + 0.5
+        assert record[signals.NODE] == "test-node"
+    # The driver's answers to each command went to stdout: four "ok" lines.
+    assert [r["line"] for r in lines_of(records, driver.pid, "stdout")] == ["ok"] * 4
+    assert [r["ts"] for r in stderr] == sorted(r["ts"] for r in stderr)
+
+    # A process no longer tracked is not captured.
+    tracked.clear()
+    capture.collect(time.time())
+    driver.command("say not captured")
+    assert lines_of(capture.collect(time.time()), driver.pid, "stderr") == []
+
+
+def test_a_partial_line_is_kept_until_its_newline_or_the_process_exits(
+    built: Built, tracked: set[int], capture: OutputCapture
+) -> None:
+    with Driver(built) as other:
+        tracked.add(other.pid)
+        capture.collect(time.time())
+        other.command("saynonl half a ")
+        assert lines_of(capture.collect(time.time()), other.pid, "stderr") == []
+        other.command("say line")
+        first = lines_of(capture.collect(time.time()), other.pid, "stderr")
+        assert [r["line"] for r in first] == ["half a line"]
+        other.command("saynonl last words")
+        assert lines_of(capture.collect(time.time()), other.pid, "stderr") == []
+    # It exited without the newline: what it left is still a line.
+    last = lines_of(capture.collect(time.time()), other.pid, "stderr")
+    assert [r["line"] for r in last] == ["last words"]
