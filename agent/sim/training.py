@@ -39,6 +39,9 @@ _WAIT_LEVEL = (1.0, 0.13, 0.02, 0.0, 0.005)
 _COMM_LEVEL = (1.0, 0.2, 0.03, 0.0, 0.15)
 _CKPT_LEVEL = (0.0, 0.0, 0.0, 0.0, 0.02)
 _BUSBW_NVLINK = 360e9
+# Rank processes appear within this long after the job starts; their samples (and the job
+# identity on their GPUs' samples) begin only once the process has been seen.
+_PROC_SEEN_S = 0.8
 _BUSBW_IB = 42e9
 _H100_BF16_FLOPS = 989e12
 _MODELS = (
@@ -241,6 +244,10 @@ def _integrate(times: np.ndarray, phases: np.ndarray, edges: np.ndarray) -> np.n
         f = np.interp(edges, times, cum)
         out[p] = np.diff(f)
     return out
+
+
+def _worker_spawn_t(plan: JobPlan) -> float:
+    return plan.start_t + plan.init_s * 0.8
 
 
 def _stop_time(plan: JobPlan) -> float:
@@ -504,7 +511,7 @@ def _apply_to_fleet(
         act.tensor_active,
         act.dram_active,
     )
-    i_start, _ = _sample_span(fleet, plan.start_t, plan.start_t)
+    i_start, _ = _sample_span(fleet, plan.start_t + _PROC_SEEN_S, plan.start_t + _PROC_SEEN_S)
     for r, rk in enumerate(res.ranks):
         g = rk["gpu_global"]
         frac = res.phase_frac[r]  # (5, n)
@@ -537,7 +544,7 @@ def _apply_to_fleet(
         fleet.gpu_owner.setdefault(g, []).append(
             (
                 i_start,
-                _sample_span(fleet, plan.start_t, res.end_t)[1],
+                _sample_span(fleet, plan.start_t, res.proc_end[r])[1],
                 {"job": plan.job_id, "rank": r, "local_rank": rk["local_rank"], "pid": rk["pid"]},
             )
         )
@@ -609,12 +616,12 @@ def _emit_process_signals(
     n, dt = fleet.n_samples, fleet.interval_s
     W = plan.world_size
     edges = fleet.start_ts + dt * np.arange(n + 1)
-    i0, i1 = _sample_span(fleet, plan.start_t, float(np.max(res.proc_end)))
+    i0, i1 = _sample_span(fleet, plan.start_t + _PROC_SEEN_S, float(np.max(res.proc_end)))
     if i1 <= i0:
         return
     alive = np.zeros((W, n), dtype=bool)
     for r in range(W):
-        a, b = _sample_span(fleet, plan.start_t, res.proc_end[r])
+        a, b = _sample_span(fleet, plan.start_t + _PROC_SEEN_S, res.proc_end[r])
         alive[r, a:b] = True
     alive = alive[:, i0:i1]
     frac = res.phase_frac[:, :, i0:i1]
@@ -756,6 +763,9 @@ def _emit_process_signals(
                 + 0.005
             )
     walive = np.repeat(alive, plan.n_workers, axis=0)
+    # Input workers are forked once the model is loaded (see their process records).
+    spawn = int(np.ceil(_worker_spawn_t(plan) + 1.0 - fleet.start_ts)) - i0
+    walive[:, : max(0, spawn)] = False
     run.add_samples(
         signals.HOST_CPU_UTIL, np.round(np.array(wvals), 3), wrows, start=i0, valid=walive
     )
@@ -860,7 +870,7 @@ def _emit_records(
             "local_rank": rk["local_rank"],
             "world_size": W,
         }
-        ts = plan.start_t + rng.uniform(0, 0.8)
+        ts = plan.start_t + rng.uniform(0, _PROC_SEEN_S)
         run.add(
             {
                 "type": "process",
@@ -876,7 +886,7 @@ def _emit_records(
             run.add(
                 {
                     "type": "process",
-                    "ts": plan.start_t + plan.init_s * 0.8 + rng.uniform(0, 1),
+                    "ts": _worker_spawn_t(plan) + rng.uniform(0, 1),
                     "pid": rk["pid"] + 1 + w,
                     "ppid": rk["pid"],
                     "cmd": cmd,
@@ -891,7 +901,7 @@ def _emit_records(
                 run.add(
                     {
                         "type": "exit",
-                        "ts": float(res.proc_end[r]) - 0.05,
+                        "ts": float(res.proc_end[r]),
                         "node": rk["node"],
                         "pid": rk["pid"] + 1 + w,
                         "exit_code": -15 if res.exit_codes[r] else 0,

@@ -90,3 +90,27 @@ def test_bad_arguments_are_refused() -> None:
         simulate("nope", seed=1, duration_s=60)
     with pytest.raises(ValueError, match="duration_s"):
         simulate("healthy_training", seed=1, duration_s=0)
+
+
+@pytest.mark.parametrize("name", ["collective_hang", "hardware_fault", "no_learning"])
+def test_pid_records_fall_inside_the_process_lifetime(name: str) -> None:
+    """What the agent joins by pid exists only between the process record and its exit."""
+    run = simulate(name, seed=3, duration_s=600, nodes=2)
+    seen: dict[tuple[str, int], float] = {}
+    gone: dict[tuple[str, int], float] = {}
+    checked = 0
+    for rec in run.records():
+        if rec.get("pid") is None:
+            continue
+        key = (rec["node"], rec["pid"])
+        if rec["type"] == "process":
+            seen[key] = rec["ts"]
+        elif rec["type"] == "exit":
+            gone[key] = rec["ts"]
+        else:
+            assert key in seen, rec
+            assert key not in gone or rec["ts"] <= gone[key], rec
+            checked += 1
+    assert checked > 10_000
+    if name != "hardware_fault":  # its silent-corruption variant keeps running
+        assert gone
