@@ -2,7 +2,9 @@
 
 Builds the stand-in libcuda/libnccl (agent.ebpf.probe_target) and times N calls each of
 cuLaunchKernel (an entry uprobe only), cuStreamSynchronize and ncclAllReduce (entry uprobe and
-return uretprobe) in the driver program, three ways:
+return uretprobe) in the driver program. It does so for two builds of the stand-in, -O2 and -O0
+(VARIANTS), because the probed function's first instruction decides what a uprobe costs (see
+docs/ebpf.md); for each, three ways:
 1. without probes;
 2. with a no-op BPF program on the same probes: the kernel's own uprobe cost (the trap, and for
    uretprobes the return trampoline), which no BPF program can avoid;
@@ -67,20 +69,40 @@ def _time_noop_probes(built: Built, driver: Driver, calls: int, repeats: int) ->
     return timings
 
 
-def measure_probe_overhead(calls: int = 1_000_000, repeats: int = 1) -> dict[str, Any]:
-    """ns/call without and with the probes for each probed kind, and the overhead.
+# The stand-in built two ways: the probed functions' first instruction decides whether the
+# kernel can emulate it or must single-step it out of line (a debug trap: much dearer in a VM).
+VARIANTS: dict[str, str] = {
+    "-O2": "first instruction a RIP-relative load: single-stepped out of line",
+    "-O0": "first instruction push %rbp: emulated by the kernel, no single-step",
+}
 
-    Raises RuntimeError when BPF programs cannot be loaded here (the reason in the message)."""
+
+def _first_bytes(bcc: Any, library: Path, symbol: bytes) -> str:
+    """The first bytes of `symbol` in `library`, in hex (what the uprobe replaces)."""
+    for name, address in bcc.BPF.get_user_functions_and_addresses(bytes(library), symbol):
+        if name == symbol:
+            with open(library, "rb") as elf:
+                elf.seek(address)  # a gcc-built .so maps its text at file offset == vaddr
+                return elf.read(4).hex(" ")
+    return "?"
+
+
+def _measure_variant(library_opt: str, calls: int, repeats: int) -> dict[str, Any]:
+    bcc = import_bcc()
     with tempfile.TemporaryDirectory(prefix="proof-ebpf-bench-") as tmp:
-        built = build(Path(tmp))
+        built = build(Path(tmp), library_opt=library_opt)
+        first = {
+            kind: _first_bytes(bcc, built.libcuda if lib == "cuda" else built.libnccl, symbol)
+            for kind, (lib, symbol, _) in _TARGETS.items()
+        }
         with Driver(built) as driver:
             _time_calls(driver, "launch", min(calls, 100_000), 1)  # warm up caches and pages
             without = {kind: _time_calls(driver, kind, calls, repeats) for kind in KINDS}
             collector = EbpfCollector(rescan_interval_s=3600.0)
             if not collector.start():
                 raise RuntimeError(collector.unavailable_reason or "BPF cannot be loaded")
-            noop = _time_noop_probes(built, driver, calls, repeats)
             try:
+                noop = _time_noop_probes(built, driver, calls, repeats)
                 collector.collect(time.time())  # attaches to the driver's libraries
                 with_probes = {kind: _time_calls(driver, kind, calls, repeats) for kind in KINDS}
                 started = time.perf_counter()
@@ -99,11 +121,12 @@ def measure_probe_overhead(calls: int = 1_000_000, repeats: int = 1) -> dict[str
         "sync": counts.get((signals.CUDA_SYNCS, None)),
         "allreduce": counts.get((signals.NCCL_CALLS, "allreduce")),
     }
-    result: dict[str, Any] = {"calls_per_run": calls, "runs": repeats, "kinds": {}}
+    variant: dict[str, Any] = {"library_opt": library_opt, "kinds": {}}
     for kind in KINDS:
         base_cpu, noop_cpu, real_cpu = without[kind][1], noop[kind][1], with_probes[kind][1]
-        result["kinds"][kind] = {
+        variant["kinds"][kind] = {
             "probes": _PROBES[kind],
+            "first_bytes": first[kind],
             "cpu_ns_per_call_without": round(base_cpu, 1),
             "cpu_ns_per_call_noop_probes": round(noop_cpu, 1),
             "cpu_ns_per_call_with": round(real_cpu, 1),
@@ -115,31 +138,47 @@ def measure_probe_overhead(calls: int = 1_000_000, repeats: int = 1) -> dict[str
             "calls_seen_by_probes": probed[kind],
             "calls_made": expected,
         }
-    result["collect_ms"] = round(collect_ms, 2)
-    result["complete"] = all(probed[kind] == expected for kind in KINDS)
+    variant["collect_ms"] = round(collect_ms, 2)
+    variant["complete"] = all(probed[kind] == expected for kind in KINDS)
+    return variant
+
+
+def measure_probe_overhead(calls: int = 1_000_000, repeats: int = 1) -> dict[str, Any]:
+    """CPU ns/call without and with the probes for each probed kind, for each build variant
+    of the stand-in library (VARIANTS), and the overhead split into the kernel's uprobe cost
+    and our BPF program's.
+
+    Raises RuntimeError when BPF programs cannot be loaded here (the reason in the message)."""
+    result: dict[str, Any] = {"calls_per_run": calls, "runs": repeats, "variants": {}}
+    for library_opt in VARIANTS:
+        result["variants"][library_opt] = _measure_variant(library_opt, calls, repeats)
+    result["complete"] = all(v["complete"] for v in result["variants"].values())
     return result
 
 
 def format_report(result: dict[str, Any]) -> str:
     lines = [
         f"eBPF uprobe cost, {result['calls_per_run']:,} calls x {result['runs']} runs "
-        "(median), stand-in libcuda/libnccl:"
+        "(median), stand-in libcuda/libnccl; CPU ns per call of the calling process "
+        "(user + kernel):"
     ]
-    lines.append("  CPU ns per call of the calling process (user + kernel):")
-    for kind, row in result["kinds"].items():
-        lines.append(
-            f"  {kind:<10} {row['probes']:<17} without {row['cpu_ns_per_call_without']:>8.1f}"
-            f"  with {row['cpu_ns_per_call_with']:>8.1f}"
-            f"  overhead {row['overhead_ns_per_call']:>8.1f} ns/call"
-            f" = kernel uprobe {row['of_which_kernel_uprobe_ns']:>8.1f}"
-            f" + BPF program {row['of_which_bpf_program_ns']:>7.1f}"
-        )
-        lines.append(
-            f"  {'':<10} {'':<17} wall {row['wall_ns_per_call_without']:.1f} ->"
-            f" {row['wall_ns_per_call_with']:.1f} ns/call;"
-            f" probes saw {row['calls_seen_by_probes']:,} of {row['calls_made']:,} calls"
-        )
-    lines.append(f"  one collect() reading the maps: {result['collect_ms']:.2f} ms")
+    for library_opt, variant in result["variants"].items():
+        lines.append(f"  library built {library_opt}: {VARIANTS[library_opt]}")
+        for kind, row in variant["kinds"].items():
+            lines.append(
+                f"    {kind:<10} {row['probes']:<17} without {row['cpu_ns_per_call_without']:>8.1f}"
+                f"  with {row['cpu_ns_per_call_with']:>8.1f}"
+                f"  overhead {row['overhead_ns_per_call']:>8.1f} ns/call"
+                f" = kernel uprobe {row['of_which_kernel_uprobe_ns']:>8.1f}"
+                f" + BPF program {row['of_which_bpf_program_ns']:>7.1f}"
+            )
+            lines.append(
+                f"    {'':<10} first bytes {row['first_bytes']}; wall"
+                f" {row['wall_ns_per_call_without']:.1f} -> {row['wall_ns_per_call_with']:.1f}"
+                f" ns/call; probes saw {row['calls_seen_by_probes']:,}"
+                f" of {row['calls_made']:,} calls"
+            )
+        lines.append(f"    one collect() reading the maps: {variant['collect_ms']:.2f} ms")
     if not result["complete"]:
         lines.append("  WARNING: the probes did not see every call")
     return "\n".join(lines)

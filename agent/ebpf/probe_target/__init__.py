@@ -41,8 +41,13 @@ def compiler() -> str | None:
     return os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
 
 
-def build(dest: Path) -> Built:
-    """Compile the stand-in libraries and the driver into `dest` (created if missing)."""
+def build(dest: Path, library_opt: str = "-O2") -> Built:
+    """Compile the stand-in libraries and the driver into `dest` (created if missing).
+
+    `library_opt` is the libraries' optimization flag. It decides the probed functions' first
+    instruction, which decides a uprobe's cost: at -O2 (gcc, x86-64) it is a RIP-relative load
+    the kernel must single-step out of line; at -O0 it is `push %rbp`, which the kernel
+    emulates without the single-step trap."""
     cc = compiler()
     if cc is None:
         raise BuildError("no C compiler (cc/gcc) on PATH; install gcc")
@@ -54,8 +59,8 @@ def build(dest: Path) -> Built:
         (src / name).write_text(package.joinpath(name).read_text(encoding="utf-8"))
     built = Built(libdir=dest, driver=dest / "driver")
     steps = [
-        [cc, "-O2", "-shared", "-fPIC", "-o", str(built.libcuda), str(src / "fake_cuda.c")],
-        [cc, "-O2", "-shared", "-fPIC", "-o", str(built.libnccl), str(src / "fake_nccl.c")],
+        [cc, library_opt, "-shared", "-fPIC", "-o", str(built.libcuda), str(src / "fake_cuda.c")],
+        [cc, library_opt, "-shared", "-fPIC", "-o", str(built.libnccl), str(src / "fake_nccl.c")],
         [cc, "-O2", "-o", str(built.driver), str(src / "driver.c"), "-ldl", "-lpthread"],
     ]
     for step in steps:
