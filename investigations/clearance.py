@@ -1,0 +1,177 @@
+"""Hardware clearance: what the job's own GPUs and nodes did during exactly its window.
+
+For every job verdict, the deltas of ECC (SBE/DBE), XIDs, remapped rows (correctable,
+uncorrectable, failure), throttle time, NVLink CRC and PCIe replay counters over the job's GPUs,
+and IB error counters over its nodes, become evidence entries (observed = the delta, baseline =
+the pre-existing value at the window's start) and `cleared` entries: `clear` when nothing moved,
+`implicated` when something did. A pre-existing counter that stays flat clears the hardware
+(DESIGN §1, case 4): the dispute evidence an operator shows a customer.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from agent import signals
+from investigations.detectors.common import counter_delta
+from investigations.detectors.hardware import HARDWARE_XIDS
+from investigations.findings import Cleared, Finding
+from investigations.window import JobWindow
+
+GPU_CLEARANCE_COUNTERS: tuple[str, ...] = (
+    signals.DCGM_FI_DEV_ECC_SBE_VOL_TOTAL,
+    signals.DCGM_FI_DEV_ECC_DBE_VOL_TOTAL,
+    signals.DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS,
+    signals.DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS,
+    signals.DCGM_FI_DEV_ROW_REMAP_FAILURE,
+    signals.DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL,
+    signals.DCGM_FI_DEV_PCIE_REPLAY_COUNTER,
+)
+# Counters whose increase alone implicates the hardware. SBE, NVLink CRC and PCIe replays are
+# corrected errors: a handful are normal, so they are reported (as evidence) but implicate only
+# the GPU's link/memory when the detector's own family says so.
+_IMPLICATING = (
+    signals.DCGM_FI_DEV_ECC_DBE_VOL_TOTAL,
+    signals.DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS,
+    signals.DCGM_FI_DEV_ROW_REMAP_FAILURE,
+)
+_IB_ERRORS = (
+    signals.IB_SYMBOL_ERROR,
+    signals.IB_LINK_DOWNED,
+    signals.IB_LINK_ERROR_RECOVERY,
+    signals.IB_PORT_RCV_ERRORS,
+)
+_HW_THROTTLE = (
+    signals.THROTTLE_HW_SLOWDOWN | signals.THROTTLE_HW_THERMAL | signals.THROTTLE_HW_POWER_BRAKE
+)
+
+
+def hardware_clearance(
+    w: JobWindow, f: Finding, a: float | None = None, b: float | None = None
+) -> list[Cleared]:
+    """Append clearance evidence to `f` for [a, b] (default: the job's window) and return the
+    `cleared` entries. One evidence entry per counter summed over the job's GPUs (the GPUs with
+    a non-zero delta or pre-existing value named in the note), so a 64-GPU job's verdict stays
+    readable."""
+    a = w.t0 if a is None else a
+    b = w.t1 if b is None else b
+    gpus = [r.gpu for r in w.ranks if r.gpu]
+    hw_ids: list[str] = []
+    implicated: list[str] = []
+    if not gpus or not any(w.gpu_raw.get(g) for g in gpus):
+        return []  # no counters seen: the verdict's "could not see" says so
+    for name in GPU_CLEARANCE_COUNTERS:
+        total = 0.0
+        pre = 0.0
+        moved: list[str] = []
+        seen = 0
+        for g in gpus:
+            s = w.gpu_raw.get(g, {}).get(name)
+            if s is None:
+                continue
+            keep = (s.ts >= a) & (s.ts <= b)
+            if not keep.any():
+                continue
+            seen += 1
+            d, v0, _ = counter_delta(s.ts[keep], s.values[keep])
+            total += d
+            pre += v0 if np.isfinite(v0) else 0.0
+            if d > 0:
+                moved.append(g)
+        if not seen:
+            continue
+        note = (
+            f"increase over the job's {seen} GPU(s) in its window; baseline: the sum of "
+            "pre-existing values at the window's start"
+        )
+        if moved:
+            note += " — rose on " + ", ".join(moved[:4])
+        eid = f.add(name, (a, b), total, pre, note, job=w.job)
+        hw_ids.append(eid)
+        if total > 0 and name in _IMPLICATING:
+            implicated.append(eid)
+    xids = [e for e in w.events if e.name == signals.EVENT_XID and a <= e.ts <= b]
+    hard = [e for e in xids if e.value is not None and int(e.value) in HARDWARE_XIDS]
+    other = [
+        e
+        for e in w.events
+        if e.name in (signals.EVENT_ECC_DBE, signals.EVENT_GPU_LOST) and a <= e.ts <= b
+    ]
+    eid = f.add(
+        "event: xid",
+        (a, b),
+        len(xids),
+        0,
+        "XID events on the job's GPUs in its window"
+        + (": " + ", ".join(str(int(e.value or 0)) for e in xids[:6]) if xids else ""),
+        job=w.job,
+    )
+    hw_ids.append(eid)
+    if hard or other:
+        implicated.append(eid)
+    bits = w.gpu.get(signals.DCGM_FI_DEV_CLOCK_THROTTLE_REASONS)
+    if bits is not None:
+        sel = (w.times >= a) & (w.times <= b)
+        v = np.nan_to_num(bits[:, sel], nan=0.0).astype(np.int64)
+        secs = float(((v & _HW_THROTTLE) != 0).sum()) * w.dt
+        hw_ids.append(
+            f.add(
+                signals.DCGM_FI_DEV_CLOCK_THROTTLE_REASONS,
+                (a, b),
+                secs,
+                0,
+                "GPU-seconds with hardware throttle reasons set (HW slowdown, HW "
+                "thermal, power brake) across the job's GPUs",
+                job=w.job,
+            )
+        )
+    out = [
+        Cleared(
+            "hardware",
+            "implicated" if implicated else "clear",
+            hw_ids,
+            ("hardware errors during the job's window: " + ", ".join(implicated))
+            if implicated
+            else "no uncorrectable ECC, row-remap, XID or hardware throttling change on the "
+            "job's GPUs during its window; pre-existing counts stayed flat",
+        )
+    ]
+    ib_ids: list[str] = []
+    ib_moved = False
+    for name in _IB_ERRORS:
+        total, pre, seen = 0.0, 0.0, 0
+        for series in w.node_series.values():
+            for s in series:
+                if s.info.name != name:
+                    continue
+                keep = (s.ts >= a) & (s.ts <= b)
+                if not keep.any():
+                    continue
+                seen += 1
+                d, v0, _ = counter_delta(s.ts[keep], s.values[keep])
+                total += d
+                pre += v0 if np.isfinite(v0) else 0.0
+        if seen:
+            ib_ids.append(
+                f.add(
+                    name,
+                    (a, b),
+                    total,
+                    pre,
+                    f"increase over the job's nodes' {seen} IB port(s); baseline: pre-existing sum",
+                    job=w.job,
+                )
+            )
+            ib_moved |= total > 0
+    if ib_ids:
+        out.append(
+            Cleared(
+                "fabric",
+                "implicated" if ib_moved else "clear",
+                ib_ids,
+                "InfiniBand errors rose on the job's nodes"
+                if ib_moved
+                else "no InfiniBand errors on the job's nodes during its window",
+            )
+        )
+    return out

@@ -1,0 +1,458 @@
+"""Windows: a job's (or a GPU's) signals over [t0, t1], aligned as numpy arrays.
+
+    window = build_job_window(store, "job-42", t0, t1)   # store: TraceStore or IngestStore
+    window.gpu[signals.DCGM_FI_PROF_PIPE_TENSOR_ACTIVE]    # (ranks, T), NaN where not sampled
+    window.proc[signals.CUDA_SYNC_MS]                      # (ranks, T), the rank's main process
+    window.steps                                           # parsed training-log progress lines
+    window.missing_sources                                 # what could not be seen
+
+Every time series is put on one grid `times` (t0 + k·dt, dt = the job's sampling interval) by
+rounding each sample to its nearest grid point, so detectors compare ranks sample by sample.
+The same builder serves the live pipeline (an `IngestStore`) and `proof analyze` (a
+`TraceStore`): detectors never know which one they got.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from agent import signals
+from agent.parsers import training as tp
+from investigations.store import (
+    FLEET_HEALTH_SIGNALS,
+    EventRow,
+    JobMeta,
+    LogRow,
+    SeriesData,
+    SignalStore,
+)
+
+# Source names a verdict reports under "could not see".
+SRC_DCGM_PROFILING = "dcgm_profiling"  # DCGM_FI_PROF_* (tensor/SM/engine activity)
+SRC_NVML = "nvml"  # utilization, power, clocks, throttle reasons
+SRC_GPU_COUNTERS = "gpu_counters"  # ECC / remap / NVLink / PCIe counters
+SRC_EBPF = "ebpf"  # cuda.* / nccl.* per process
+SRC_TRAINING_LOG = "training_log"  # step/loss lines
+SRC_INFINIBAND = "infiniband"
+SRC_STORAGE = "storage"
+SRC_INFERENCE = "inference_metrics"
+
+SOURCE_DESCRIPTIONS: dict[str, str] = {
+    SRC_DCGM_PROFILING: "DCGM profiling fields (tensor/SM activity per GPU)",
+    SRC_NVML: "NVML readings (utilization, power, clocks, throttle reasons)",
+    SRC_GPU_COUNTERS: "GPU error counters (ECC, row remaps, NVLink, PCIe)",
+    SRC_EBPF: "eBPF timing of CUDA/NCCL calls per process",
+    SRC_TRAINING_LOG: "the job's training log (steps, loss, checkpoints)",
+    SRC_INFINIBAND: "InfiniBand port counters",
+    SRC_STORAGE: "storage mount counters",
+    SRC_INFERENCE: "inference-server metrics",
+}
+
+_PROF = (
+    signals.DCGM_FI_PROF_GR_ENGINE_ACTIVE,
+    signals.DCGM_FI_PROF_SM_ACTIVE,
+    signals.DCGM_FI_PROF_PIPE_TENSOR_ACTIVE,
+)
+
+
+@dataclass(frozen=True)
+class RankInfo:
+    rank: int
+    node: str
+    gpu: str
+    gpu_index: int | None
+    pid: int | None
+
+
+@dataclass
+class StepTable:
+    """Training progress lines of one job, oldest first (NaN where a framework omits a field)."""
+
+    ts: np.ndarray
+    step: np.ndarray  # float (NaN when the line had none)
+    loss: np.ndarray
+    lr: np.ndarray
+    grad_norm: np.ndarray
+    iter_ms: np.ndarray
+
+    @classmethod
+    def empty(cls) -> StepTable:
+        z = np.zeros(0)
+        return cls(z, z, z, z, z, z)
+
+    def __len__(self) -> int:
+        return len(self.ts)
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    begin: float | None
+    end: float | None
+    path: str | None
+    step: int | None
+
+
+@dataclass(frozen=True)
+class LogEvent:
+    ts: float
+    kind: str  # a training-parser kind: nccl_timeout, traceback_end, fatal, cuda_oom, exit, …
+    rank: int | None
+    text: str
+
+
+@dataclass
+class JobWindow:
+    job: str
+    meta: JobMeta
+    t0: float
+    t1: float
+    dt: float
+    times: np.ndarray  # (T,)
+    ranks: list[RankInfo]
+    gpu: dict[str, np.ndarray]  # GPU-scope signal -> (R, T)
+    proc: dict[str, np.ndarray]  # process-scope signal of the rank's main pid -> (R, T)
+    worker_cpu: np.ndarray | None  # (R, T): busiest input-worker process of each rank (cores)
+    gpu_raw: dict[str, dict[str, SeriesData]]  # GPU uuid -> counter name -> raw series
+    node_series: dict[str, list[SeriesData]]  # node -> its IB/storage/host series
+    inference: list[SeriesData]
+    steps: StepTable
+    checkpoints: list[Checkpoint]
+    log_events: list[LogEvent]
+    logs: list[LogRow]
+    events: list[EventRow]  # events on the job's nodes/GPUs within the window
+    related: dict[str, StepTable] = field(default_factory=dict)  # reruns: job id -> steps
+    related_meta: dict[str, JobMeta] = field(default_factory=dict)
+    missing_sources: set[str] = field(default_factory=set)
+
+    @property
+    def world(self) -> int:
+        return len(self.ranks)
+
+    def ts_at(self, i: int) -> float:
+        return float(self.times[min(max(i, 0), len(self.times) - 1)])
+
+    def rank_info(self, rank: int) -> RankInfo | None:
+        for r in self.ranks:
+            if r.rank == rank:
+                return r
+        return None
+
+    def job_gpus(self) -> list[tuple[str, str, int | None]]:
+        return [(r.gpu, r.node, r.gpu_index) for r in self.ranks if r.gpu]
+
+    def job_nodes(self) -> list[str]:
+        return sorted({r.node for r in self.ranks if r.node} | set(self.meta.nodes))
+
+
+@dataclass
+class GpuWindow:
+    """One GPU's health signals over a (long) window, for fleet health (`gpu_degrading`)."""
+
+    gpu: str
+    node: str
+    gpu_index: int | None
+    t0: float
+    t1: float
+    series: dict[str, SeriesData]
+    events: list[EventRow]
+    jobs: list[str] = field(default_factory=list)  # jobs seen on the GPU in the window
+
+
+def _interval(series: list[SeriesData]) -> float:
+    """The sampling interval: the median spacing of the densest series (1 s if unknown)."""
+    best = 0
+    dt = 1.0
+    for s in series:
+        if len(s.ts) > best and len(s.ts) > 2:
+            d = np.diff(s.ts)
+            d = d[d > 0]
+            if len(d):
+                best = len(s.ts)
+                dt = float(np.median(d))
+    return max(dt, 1e-3)
+
+
+def _is_gpu_scope(name: str) -> bool:
+    spec = signals.spec_for(name)
+    return (spec is not None and spec.scope is signals.Scope.GPU) or name.startswith("DCGM_FI_")
+
+
+def merge_series(parts: list[SeriesData]) -> SeriesData:
+    """One series from pieces of the same signal (identity changed mid-way), in time order."""
+    if len(parts) == 1:
+        return parts[0]
+    ts = np.concatenate([p.ts for p in parts])
+    vals = np.concatenate([p.values for p in parts])
+    order = np.argsort(ts, kind="stable")
+    return SeriesData(parts[0].info, ts[order], vals[order])
+
+
+def _place(out: np.ndarray, row: int, s: SeriesData, t0: float, dt: float, add: bool) -> None:
+    if not len(s.ts):
+        return
+    idx = np.rint((s.ts - t0) / dt).astype(np.int64)
+    ok = (idx >= 0) & (idx < out.shape[1])
+    if add:
+        cur = out[row]
+        target = idx[ok]
+        vals = s.values[ok]
+        base = np.where(np.isnan(cur[target]), 0.0, cur[target])
+        cur[target] = base  # NaN -> 0 where a value lands, then accumulate
+        np.add.at(cur, target, vals)
+    else:
+        out[row, idx[ok]] = s.values[ok]
+
+
+def parse_logs(rows: list[LogRow]) -> tuple[StepTable, list[Checkpoint], list[LogEvent]]:
+    """Training progress, checkpoints and errors from a job's log lines (agent/parsers/training).
+
+    Progress lines are kept once per step (ranks that all print the same step are merged: the
+    first line wins) so a step's loss is counted once."""
+    parsers: dict[tuple[str, int | None], tp.LogParser] = {}
+    seen_steps: set[int] = set()
+    cols: list[tuple[float, float, float, float, float, float]] = []
+    ckpts: list[Checkpoint] = []
+    open_ckpt: dict[str | None, tuple[float, str | None, int | None]] = {}
+    events: list[LogEvent] = []
+    nan = float("nan")
+
+    def f(x: float | None) -> float:
+        return nan if x is None else float(x)
+
+    for row in rows:
+        parser = parsers.setdefault((row.node, row.pid), tp.LogParser())
+        p = parser.feed(row.line)
+        if p is None:
+            continue
+        rank = p.rank if p.rank is not None else row.rank
+        if p.kind == tp.PROGRESS:
+            if p.step is not None:
+                if p.step in seen_steps:
+                    continue
+                seen_steps.add(p.step)
+            cols.append((row.ts, f(p.step), f(p.loss), f(p.lr), f(p.grad_norm), f(p.iter_ms)))
+        elif p.kind == tp.CHECKPOINT_BEGIN:
+            # One save is printed by every rank in some frameworks: keep the first begin.
+            key = p.path
+            if key not in open_ckpt:
+                open_ckpt[key] = (row.ts, p.path, p.step)
+        elif p.kind == tp.CHECKPOINT_END:
+            # Pair with the open save whose path contains this one's (frameworks print the
+            # save directory first, then files inside it), else the oldest open save.
+            key = next(
+                (k for k in open_ckpt if k and p.path and p.path.startswith(k)),
+                next(iter(open_ckpt), None) if open_ckpt else None,
+            )
+            if open_ckpt and key in open_ckpt:
+                begin, path, step = open_ckpt.pop(key)
+                ckpts.append(Checkpoint(begin, row.ts, path or p.path, step))
+            elif ckpts and ckpts[-1].path and p.path and p.path.startswith(ckpts[-1].path):
+                # A later "saved" line of the same save (weights after config): it ends later.
+                last = ckpts[-1]
+                ckpts[-1] = Checkpoint(last.begin, row.ts, last.path, last.step)
+            elif not ckpts or ckpts[-1].end is None or row.ts - ckpts[-1].end > 1.0:
+                ckpts.append(Checkpoint(None, row.ts, p.path, p.step))
+        elif p.kind in (
+            tp.NCCL_TIMEOUT,
+            tp.NCCL_ERROR,
+            tp.TRACEBACK_END,
+            tp.FATAL,
+            tp.CUDA_OOM,
+            tp.EXIT,
+            tp.COMPLETED,
+        ):
+            events.append(LogEvent(row.ts, p.kind, rank, (p.error or row.line)[:300]))
+    for begin, path, step in open_ckpt.values():
+        ckpts.append(Checkpoint(begin, None, path, step))
+    ckpts.sort(key=lambda c: c.begin if c.begin is not None else (c.end or 0.0))
+    if not cols:
+        return StepTable.empty(), ckpts, events
+    arr = np.array(cols, dtype=np.float64)
+    order = np.argsort(arr[:, 0], kind="stable")
+    arr = arr[order]
+    return (
+        StepTable(arr[:, 0], arr[:, 1], arr[:, 2], arr[:, 3], arr[:, 4], arr[:, 5]),
+        ckpts,
+        events,
+    )
+
+
+def _job_span(store: SignalStore, job: str) -> tuple[float, float]:
+    meta = store.jobs().get(job)
+    lo, hi = store.time_range()
+    if meta is None:
+        return lo, hi
+    a = meta.first_ts if np.isfinite(meta.first_ts) else lo
+    b = meta.last_ts if np.isfinite(meta.last_ts) else hi
+    return a, max(b, a)
+
+
+def build_job_window(
+    store: SignalStore, job: str, t0: float | None = None, t1: float | None = None
+) -> JobWindow:
+    """The job's window; [t0, t1] defaults to the job's whole observed life."""
+    a, b = _job_span(store, job)
+    t0 = a if t0 is None else t0
+    t1 = b if t1 is None else t1
+    meta = store.jobs().get(job) or JobMeta(job=job)
+    series = store.job_series(job, t0, t1)
+    procs = store.processes(job)
+    # Ranks: the processes that hold a GPU (one per rank); inference servers without a rank are
+    # numbered by GPU.
+    main: dict[int, RankInfo] = {}
+    for p in sorted(procs, key=lambda p: p.first_ts):
+        if not p.gpu:
+            continue
+        r = p.rank
+        if r is None:
+            r = len(main)
+        if r not in main:
+            main[r] = RankInfo(r, p.node, p.gpu, p.gpu_index, p.pid)
+    for s in series:  # samples that carry a rank and GPU even without a process record
+        i = s.info
+        if i.rank is not None and i.gpu and i.rank not in main:
+            main[i.rank] = RankInfo(i.rank, i.node, i.gpu, i.gpu_index, i.pid)
+    ranks = [main[r] for r in sorted(main)]
+    row_of_gpu = {r.gpu: k for k, r in enumerate(ranks)}
+    row_of_pid = {(r.node, r.pid): k for k, r in enumerate(ranks) if r.pid is not None}
+    row_of_rank = {r.rank: k for k, r in enumerate(ranks)}
+
+    dt = _interval([s for s in series if s.info.gpu and not s.info.pid])
+    n_t = max(1, int(np.floor((t1 - t0) / dt)) + 1)
+    times = t0 + dt * np.arange(n_t)
+    n_r = len(ranks)
+    gpu: dict[str, np.ndarray] = {}
+    proc: dict[str, np.ndarray] = {}
+    worker: np.ndarray | None = None
+    gpu_raw: dict[str, dict[str, SeriesData]] = {}
+    inference: list[SeriesData] = []
+    gpu_parts: dict[tuple[str, str], list[SeriesData]] = {}
+    for s in series:
+        i = s.info
+        if i.name.startswith(("vllm:", "sglang:", "tgi_", "inference.")):
+            inference.append(s)
+            continue
+        if _is_gpu_scope(i.name):
+            # The agent joins identity at collection time, so one GPU's signal arrives in
+            # pieces (before the job, with the job's pid/rank): merged per (GPU, name).
+            if i.gpu in row_of_gpu:
+                gpu_parts.setdefault((i.gpu, i.name), []).append(s)
+            continue
+        if i.pid is not None:
+            row = row_of_pid.get((i.node, i.pid))
+            if row is not None:
+                arr = proc.get(i.name)
+                if arr is None:
+                    arr = proc[i.name] = np.full((n_r, n_t), np.nan)
+                # nccl.* come per op: summed over ops.
+                _place(arr, row, s, t0, dt, add=i.name.startswith("nccl."))
+            elif i.name == signals.HOST_CPU_UTIL and i.rank is not None:
+                row = row_of_rank.get(i.rank)
+                if row is not None:
+                    if worker is None:
+                        worker = np.full((n_r, n_t), np.nan)
+                    tmp = np.full((1, n_t), np.nan)
+                    _place(tmp, 0, s, t0, dt, add=False)
+                    worker[row] = np.fmax(worker[row], tmp[0])
+    for (g, name), parts in gpu_parts.items():
+        merged = merge_series(parts)
+        arr = gpu.get(name)
+        if arr is None:
+            arr = gpu[name] = np.full((n_r, n_t), np.nan)
+        _place(arr, row_of_gpu[g], merged, t0, dt, add=False)
+        if signals.is_cumulative(name):
+            gpu_raw.setdefault(g, {})[name] = merged
+    nodes = sorted({r.node for r in ranks if r.node} | set(meta.nodes))
+    node_series: dict[str, list[SeriesData]] = {}
+    events: list[EventRow] = []
+    job_gpus = {r.gpu for r in ranks}
+    for node in nodes:
+        node_series[node] = [
+            s
+            for s in store.node_series(node, t0, t1)
+            if not s.info.gpu and s.info.pid is None and not s.info.job
+        ]
+        events.extend(
+            e for e in store.events(node=node, t0=t0, t1=t1) if not e.gpu or e.gpu in job_gpus
+        )
+    events.sort(key=lambda e: e.ts)
+    logs = store.job_logs(job, t0, t1)
+    steps, ckpts, log_events = parse_logs(logs)
+    related: dict[str, StepTable] = {}
+    related_meta: dict[str, JobMeta] = {}
+    for other, m in store.jobs().items():
+        if other != job and (m.rerun_of == job or meta.rerun_of == other):
+            lo, hi = _job_span(store, other)
+            related[other] = parse_logs(store.job_logs(other, lo, hi))[0]
+            related_meta[other] = m
+    window = JobWindow(
+        job=job,
+        meta=meta,
+        t0=t0,
+        t1=t1,
+        dt=dt,
+        times=times,
+        ranks=ranks,
+        gpu=gpu,
+        proc=proc,
+        worker_cpu=worker,
+        gpu_raw=gpu_raw,
+        node_series=node_series,
+        inference=inference,
+        steps=steps,
+        checkpoints=ckpts,
+        log_events=log_events,
+        logs=logs,
+        events=events,
+        related=related,
+        related_meta=related_meta,
+    )
+    window.missing_sources = missing_sources(window)
+    return window
+
+
+def missing_sources(w: JobWindow) -> set[str]:
+    """Sources with no data in the window (what a verdict says it could not see)."""
+    missing: set[str] = set()
+
+    def has(d: dict[str, np.ndarray], name: str) -> bool:
+        a = d.get(name)
+        return a is not None and bool(np.isfinite(a).any())
+
+    if w.meta.kind == "inference":
+        if not w.inference:
+            missing.add(SRC_INFERENCE)
+        return missing
+    if not any(has(w.gpu, n) for n in _PROF):
+        missing.add(SRC_DCGM_PROFILING)
+    if not has(w.gpu, signals.DCGM_FI_DEV_GPU_UTIL) and not has(
+        w.gpu, signals.DCGM_FI_DEV_SM_CLOCK
+    ):
+        missing.add(SRC_NVML)
+    if not w.gpu_raw:
+        missing.add(SRC_GPU_COUNTERS)
+    if not has(w.proc, signals.CUDA_LAUNCHES) and not has(w.proc, signals.CUDA_SYNC_MS):
+        missing.add(SRC_EBPF)
+    if not len(w.steps) and not w.checkpoints:
+        missing.add(SRC_TRAINING_LOG)
+    names = {s.info.name for ss in w.node_series.values() for s in ss}
+    if len(w.job_nodes()) > 1 and not any(n.startswith("ib.") for n in names):
+        missing.add(SRC_INFINIBAND)
+    if not any(n.startswith("storage.") for n in names):
+        missing.add(SRC_STORAGE)
+    return missing
+
+
+def build_gpu_window(
+    store: SignalStore, gpu: str, node: str, gpu_index: int | None, t0: float, t1: float
+) -> GpuWindow:
+    parts: dict[str, list[SeriesData]] = {}
+    for s in store.gpu_series(gpu, t0, t1):
+        if s.info.name in FLEET_HEALTH_SIGNALS:
+            parts.setdefault(s.info.name, []).append(s)
+    series = {name: merge_series(p) for name, p in parts.items()}
+    events = [e for e in store.events(node=node, t0=t0, t1=t1) if e.gpu == gpu]
+    jobs = sorted(j for j in store.jobs() if any(p.gpu == gpu for p in store.processes(j)))
+    return GpuWindow(gpu, node, gpu_index, t0, t1, series, events, jobs)
