@@ -84,6 +84,12 @@ class Probe:
     entry: str | None
     exit: str | None
 
+    @property
+    def group(self) -> str:
+        """launch, sync, memcpy or nccl: what `EbpfCollector(probe_groups=...)` selects."""
+        function = self.entry or self.exit or ""
+        return function.split("_", 1)[0]
+
 
 def _timed(function: str, *symbols: str) -> list[Probe]:
     return [Probe(s, f"{function}_enter", f"{function}_leave") for s in symbols]
@@ -151,10 +157,12 @@ PROBES: dict[str, tuple[Probe, ...]] = {
     ),
 }
 
+PROBE_GROUPS: tuple[str, ...] = ("launch", "sync", "memcpy", "nccl")
+
 # Map capacities (entries), compiled in as -D definitions.
-STATS_ENTRIES = 16384  # pids x call classes x 2 slots
-PROCESS_ENTRIES = 16384
-THREAD_ENTRIES = 65536
+STATS_ENTRIES = 16384  # processes x call classes x 2 slots; allocated on demand
+PROCESS_ENTRIES = 8192  # last launch time per process (LRU)
+THREAD_ENTRIES = 16384  # calls in progress, NCCL group nesting per thread (LRU)
 
 
 def cflags() -> list[str]:

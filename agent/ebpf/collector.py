@@ -41,6 +41,7 @@ from agent.ebpf.calls import (
     CUDA_CALLS,
     MEMCPY_KINDS,
     NCCL_OP_LABELS,
+    PROBE_GROUPS,
     PROBES,
     SYNC_CALLS,
     Call,
@@ -102,12 +103,15 @@ class EbpfCollector:
         monotonic_ns: Callable[[], int] = time.monotonic_ns,
         bpf_loader: Callable[[], Any] = load_bpf,
         settle_s: float = 0.001,
+        probe_groups: Iterable[str] = PROBE_GROUPS,
     ) -> None:
         """`pid_source`, when given, limits library discovery to those processes (e.g. the
         GPU processes NVML lists); by default every process under `proc_root` is looked at.
         `monotonic_ns` must be CLOCK_MONOTONIC, the clock bpf_ktime_get_ns() reads.
         `settle_s` is how long a probe that read the slot number just before the flip may
-        still be writing the old slot (a probe runs for ~1 µs; the margin is generous)."""
+        still be writing the old slot (a probe runs for ~1 µs; the margin is generous).
+        `probe_groups` selects what is probed (calls.PROBE_GROUPS: launch, sync, memcpy, nccl):
+        a site where the launch uprobe's per-call cost matters can leave "launch" out."""
         self.proc_root = proc_root
         self.node = node or socket.gethostname()
         self.pid_source = pid_source
@@ -115,6 +119,12 @@ class EbpfCollector:
         self.monotonic_ns = monotonic_ns
         self.bpf_loader = bpf_loader
         self.settle_s = settle_s
+        self.probe_groups = frozenset(probe_groups)
+        unknown = self.probe_groups - set(PROBE_GROUPS)
+        if unknown:
+            raise ValueError(
+                f"unknown eBPF probe group(s) {sorted(unknown)}; known: {', '.join(PROBE_GROUPS)}"
+            )
         self.available: bool | None = None  # None until the first start attempt
         self.unavailable_reason: str | None = None
         self._bpf: Any = None
@@ -208,7 +218,9 @@ class EbpfCollector:
 
     def _attach(self, library: discovery.LibraryFile, path: str) -> None:
         bpf = self._bpf
-        wanted = PROBES[library.kind]
+        wanted = [p for p in PROBES[library.kind] if p.group in self.probe_groups]
+        if not wanted:
+            return
         pattern = "^(?:" + "|".join(re.escape(p.symbol) for p in wanted) + ")$"
         try:
             exported = {
@@ -324,9 +336,12 @@ class EbpfCollector:
                     if call in calls:
                         s = calls[call]
                         syncs.add(s.calls, s.total_ns, s.max_ns, s.bytes)
-                emit(signals.CUDA_LAUNCHES, launches.calls)
-                emit(signals.CUDA_LAUNCH_GAP_MAX_MS, gap_ns / NS_PER_MS)
-                emit(signals.CUDA_SYNC_MS, syncs.total_ns / NS_PER_MS)
+                # A group not probed reports nothing, rather than a misleading zero.
+                if "launch" in self.probe_groups:
+                    emit(signals.CUDA_LAUNCHES, launches.calls)
+                    emit(signals.CUDA_LAUNCH_GAP_MAX_MS, gap_ns / NS_PER_MS)
+                if "sync" in self.probe_groups:
+                    emit(signals.CUDA_SYNC_MS, syncs.total_ns / NS_PER_MS)
                 if syncs.calls:
                     emit(signals.CUDA_SYNCS, syncs.calls)
                     emit(signals.CUDA_SYNC_MAX_MS, syncs.max_ns / NS_PER_MS)

@@ -47,7 +47,8 @@ struct group_val {
     u64 depth;
 };
 
-BPF_PERCPU_HASH(stats, struct stat_key, struct stat_val, STATS_ENTRIES);
+// Allocated on demand: preallocating a per-CPU map costs entries x CPUs x 32 bytes up front.
+BPF_F_TABLE("percpu_hash", struct stat_key, struct stat_val, stats, STATS_ENTRIES, BPF_F_NO_PREALLOC);
 BPF_ARRAY(control, u32, 1);
 BPF_TABLE("lru_hash", u32, u64, last_launch, PROCESS_ENTRIES);
 BPF_TABLE("lru_hash", struct inflight_key, struct inflight_val, inflight, THREAD_ENTRIES);

@@ -103,3 +103,10 @@ def test_a_kernel_that_refuses_bpf_disables_the_collector_with_the_reason() -> N
     assert collector.available is False
     assert collector.unavailable_reason is not None
     assert "Operation not permitted" in collector.unavailable_reason
+
+
+def test_every_probe_belongs_to_a_known_group_and_unknown_groups_are_refused() -> None:
+    groups = {probe.group for probes in calls.PROBES.values() for probe in probes}
+    assert groups == set(calls.PROBE_GROUPS)
+    with pytest.raises(ValueError, match="launches"):
+        EbpfCollector(probe_groups=("launches",))

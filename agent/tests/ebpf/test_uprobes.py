@@ -189,3 +189,24 @@ def test_an_exited_process_is_reported_once_more_then_forgotten_and_probes_detac
     assert mine(collector, built) == {}
     last_launch = collector.last_launches()
     assert pid not in last_launch
+
+
+def test_probe_groups_left_out_are_not_attached(built: Built) -> None:
+    collector = EbpfCollector(rescan_interval_s=0.0, probe_groups=("sync", "nccl"))
+    if not collector.start():
+        pytest.skip(collector.unavailable_reason or "BPF programs cannot be loaded")
+    try:
+        with Driver(built) as driver:
+            collector.collect(time.time())
+            symbols = [s for symbols in mine(collector, built).values() for s in symbols]
+            assert "cuStreamSynchronize" in symbols and "ncclAllReduce" in symbols
+            assert not [s for s in symbols if s.startswith(("cuLaunch", "cuMemcpy"))]
+            driver.command("launch 50")
+            driver.command("sync stream 2 0")
+            values = of_pid(collector.collect(time.time()), driver.pid)
+        assert values[(signals.CUDA_SYNCS, None)] == 2
+        # Not probed: not reported (a zero would claim the process launched nothing).
+        assert (signals.CUDA_LAUNCHES, None) not in values
+        assert (signals.CUDA_LAUNCH_GAP_MAX_MS, None) not in values
+    finally:
+        collector.close()
