@@ -148,3 +148,34 @@ def test_rejects_what_it_cannot_hold(tmp_path: Path) -> None:
     (tmp_path / "state.json").write_text("not json")
     with pytest.raises(SpoolError, match="not a spool state file"):
         Spool(tmp_path)
+
+
+def test_concurrent_append_and_ack(tmp_path: Path) -> None:
+    """The agent thread appends while the sender thread peeks and acks (the transport's use)."""
+    import threading
+
+    spool = Spool(tmp_path, max_bytes=1 << 22, segment_bytes=8192)
+    total = 3000
+    received: list[int] = []
+
+    def sender() -> None:
+        last = 0
+        while last < total:
+            batch_list = spool.peek(50, after=last)
+            for seq, data in batch_list:
+                assert data == batch(seq, 60)
+                received.append(seq)
+                last = seq
+            if batch_list:
+                spool.ack(last)
+
+    thread = threading.Thread(target=sender)
+    thread.start()
+    for i in range(1, total + 1):
+        assert spool.append(batch(i, 60)) == i
+    thread.join(timeout=60)
+    assert not thread.is_alive()
+    assert received == list(range(1, total + 1))
+    assert spool.pending_batches == 0 and spool.dropped_batches == 0
+    spool.close()
+    assert len(list(tmp_path.glob("*.seg"))) <= 1
