@@ -173,6 +173,10 @@ def test_writer_rejects_bad_records(tmp_path: Path) -> None:
             w.write({"type": "process", "ts": T0 + 6, "node": "n", "pid": "12"})
         with pytest.raises(TraceError, match="labels"):
             SampleColumns(1, labels={"op": 3})  # type: ignore[dict-item]
+        with pytest.raises(TraceError, match="duplicate"):
+            SampleColumns(1, extra={"value": 3})
+        with pytest.raises(TraceError, match="unknown identity columns"):
+            SampleColumns(1, rack="r1")
         w.write(Sample(ts=T0 + 6, name="x", value=2))
     # What was accepted before the errors is intact.
     assert [r["ts"] for r in TraceReader(tmp_path / "t.jsonl")] == [T0 + 5, T0 + 6]

@@ -74,6 +74,9 @@ class SampleColumns:
         unknown = set(identity) - set(_IDENTITY_COLUMNS)
         if unknown:
             raise TraceError(f"unknown identity columns {sorted(unknown)}")
+        clash = set(extra or ()) & {"type", "ts", "name", "value", "labels", *_IDENTITY_COLUMNS}
+        if clash:
+            raise TraceError(f"extra keys {sorted(clash)} would duplicate a sample's own keys")
         self.n = n
         columns: dict[str, Sequence[Any]] = {}
         for key in _IDENTITY_COLUMNS:
@@ -130,7 +133,7 @@ class TraceWriter:
 
     `path` ending in `.gz` is gzip-compressed (level `compresslevel`; 1 keeps the simulator's
     multi-million-record traces fast, at ~20% more bytes than level 6). A binary file object may
-    be passed instead of a path (`gzip` then says whether to compress).
+    be passed instead of a path (`gzip_compress` then says whether to compress).
     """
 
     def __init__(
