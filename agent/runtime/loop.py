@@ -106,11 +106,9 @@ class Agent:
                 log.info("collector %s recovered", name)
             if out:
                 batch.extend(out)
+        self.join.apply(batch, now)  # also forgets pids whose exit grace has passed
         if batch:
-            self.join.apply(batch, now)
             batch.sort(key=_ts_key)
-        elif self.join._expiry:
-            self.join.apply((), now)
         try:
             if batch:
                 self.sink.submit(batch)
