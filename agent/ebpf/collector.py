@@ -86,6 +86,7 @@ class _Attached:
     kind: str
     symbols: list[str] = field(default_factory=list)
     events: list[bytes] = field(default_factory=list)  # bcc's uprobe event names
+    probes_attached: int = 0  # len(events) when attached; fewer once detaching has begun
 
 
 class EbpfCollector:
@@ -104,6 +105,8 @@ class EbpfCollector:
         bpf_loader: Callable[[], Any] = load_bpf,
         settle_s: float = 0.001,
         probe_groups: Iterable[str] = PROBE_GROUPS,
+        detach_grace_s: float = 60.0,
+        detach_budget_s: float = 0.1,
     ) -> None:
         """`pid_source`, when given, limits library discovery to those processes (e.g. the
         GPU processes NVML lists); by default every process under `proc_root` is looked at.
@@ -111,7 +114,10 @@ class EbpfCollector:
         `settle_s` is how long a probe that read the slot number just before the flip may
         still be writing the old slot (a probe runs for ~1 µs; the margin is generous).
         `probe_groups` selects what is probed (calls.PROBE_GROUPS: launch, sync, memcpy, nccl):
-        a site where the launch uprobe's per-call cost matters can leave "launch" out."""
+        a site where the launch uprobe's per-call cost matters can leave "launch" out.
+        A library file no process maps any more is detached after `detach_grace_s` (a job
+        restarting at once keeps its probes), spread over intervals: the kernel takes ~0.1 s
+        per probe removed, so each `collect()` spends at most about `detach_budget_s` on it."""
         self.proc_root = proc_root
         self.node = node or socket.gethostname()
         self.pid_source = pid_source
@@ -119,6 +125,8 @@ class EbpfCollector:
         self.monotonic_ns = monotonic_ns
         self.bpf_loader = bpf_loader
         self.settle_s = settle_s
+        self.detach_grace_s = detach_grace_s
+        self.detach_budget_s = detach_budget_s
         self.probe_groups = frozenset(probe_groups)
         unknown = self.probe_groups - set(PROBE_GROUPS)
         if unknown:
@@ -133,6 +141,8 @@ class EbpfCollector:
         self._attached: dict[tuple[str, int], _Attached] = {}
         self._failed: set[tuple[str, int]] = set()  # library files that refused probes
         self._cuda_pids: set[int] = set()
+        self._unused_since: dict[tuple[str, int], int] = {}  # attached, mapped by no process
+        self._detach_queue: dict[tuple[str, int], _Attached] = {}
         self._warn = WarnOnce(log)
 
     # --- lifecycle ---------------------------------------------------------------------------
@@ -160,6 +170,8 @@ class EbpfCollector:
             self._bpf.cleanup()
             self._bpf = None
         self._attached.clear()
+        self._detach_queue.clear()
+        self._unused_since.clear()
         self.available = None
 
     def __enter__(self) -> EbpfCollector:
@@ -168,6 +180,11 @@ class EbpfCollector:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    @property
+    def pending_detach(self) -> int:
+        """Probes queued for removal (their library file is no longer mapped)."""
+        return sum(len(a.events) for a in self._detach_queue.values())
 
     @property
     def cuda_pids(self) -> set[int]:
@@ -189,6 +206,7 @@ class EbpfCollector:
             if now_ns >= self._next_scan_ns:
                 self.rescan()
                 self._next_scan_ns = now_ns + int(self.rescan_interval_s * 1e9)
+            self._detach_some()
             per_pid = self.drain()
             records = self._records(now, per_pid, self.monotonic_ns())
             self._warn.ok("collect")
@@ -198,21 +216,38 @@ class EbpfCollector:
             return []
 
     def rescan(self) -> None:
-        """Attach to probed libraries that processes map and we have not probed yet; detach
-        from library files no process maps any more."""
+        """Attach to probed libraries that processes map and we have not probed yet; queue
+        for detaching those no process has mapped for `detach_grace_s`."""
         pids = self.pid_source() if self.pid_source else discovery.list_pids(self.proc_root)
-        in_use: set[tuple[str, int]] = set()
+        found: dict[tuple[str, int], tuple[int, discovery.LibraryFile]] = {}
         cuda_pids: set[int] = set()
         for pid, libraries in discovery.scan(self.proc_root, pids).items():
             for library in libraries:
-                in_use.add(library.identity)
+                found.setdefault(library.identity, (pid, library))
                 if library.kind == CUDA:
                     cuda_pids.add(pid)
-                if library.identity in self._attached or library.identity in self._failed:
-                    continue
+        in_use = set(found)
+        for identity in in_use & set(self._detach_queue):
+            # Mapped again before its probes were all removed: keep them if none was yet,
+            # otherwise finish removing them now and attach afresh below.
+            queued = self._detach_queue.pop(identity)
+            if len(queued.events) == queued.probes_attached:
+                self._attached[identity] = queued
+            else:
+                self._detach_events(queued.events)
+        for identity, (pid, library) in found.items():
+            if identity not in self._attached and identity not in self._failed:
                 self._attach(library, discovery.host_path(self.proc_root, pid, library))
-        for identity in [i for i in self._attached if i not in in_use]:
-            self._detach(identity)
+        now_ns = self.monotonic_ns()
+        for identity in list(self._attached):
+            if identity in in_use:
+                self._unused_since.pop(identity, None)
+                continue
+            since = self._unused_since.setdefault(identity, now_ns)
+            if now_ns - since >= self.detach_grace_s * 1e9:
+                del self._unused_since[identity]
+                queued = self._detach_queue[identity] = self._attached.pop(identity)
+                log.info("ebpf: no process maps %s any more; detaching", queued.path)
         self._failed &= in_use
         self._cuda_pids = cuda_pids
 
@@ -254,6 +289,7 @@ class EbpfCollector:
             probed_addresses.add(address)
             attached.symbols.append(probe.symbol)
         attached.events = [e for e in bpf.uprobe_fds if e not in events_before]
+        attached.probes_attached = len(attached.events)
         if not attached.symbols:
             self._failed.add(library.identity)
             self._detach_events(attached.events)
@@ -262,10 +298,19 @@ class EbpfCollector:
         self._attached[library.identity] = attached
         log.info("ebpf: probing %d symbols in %s", len(attached.symbols), path)
 
-    def _detach(self, identity: tuple[str, int]) -> None:
-        attached = self._attached.pop(identity)
-        self._detach_events(attached.events)
-        log.info("ebpf: no process maps %s any more; probes detached", attached.path)
+    def _detach_some(self) -> None:
+        """Remove queued probes for about `detach_budget_s` (at least one per call)."""
+        deadline = time.perf_counter() + self.detach_budget_s
+        for identity in list(self._detach_queue):
+            attached = self._detach_queue[identity]
+            while attached.events:
+                self._detach_events([attached.events.pop()])
+                if time.perf_counter() >= deadline:
+                    break
+            if not attached.events:
+                del self._detach_queue[identity]
+            if time.perf_counter() >= deadline:
+                return
 
     def _detach_events(self, events: list[bytes]) -> None:
         for event in events:

@@ -111,8 +111,8 @@ class SimRun:
 
     def add(self, record: dict[str, Any]) -> None:
         """A discrete record (job, process, exit, log, event) with its `ts`; a record outside
-        the trace window (what would happen after the recording stopped) is dropped."""
-        if record["ts"] < self.end_ts:
+        the trace window (before the recording started or after it stopped) is dropped."""
+        if self.start_ts <= record["ts"] < self.end_ts:
             self._discrete.append(record)
 
     def add_many(self, records: Sequence[dict[str, Any]]) -> None:
@@ -139,7 +139,9 @@ class SimRun:
         per_instant = self._active_blocks()
         for i in range(self.n_samples):
             ts = float(self.ts[i])
-            while di < len(discrete) and discrete[di]["ts"] < ts:
+            # Records at exactly a sample instant go first: a process is announced before the
+            # samples that carry its pid.
+            while di < len(discrete) and discrete[di]["ts"] <= ts:
                 yield "discrete", discrete[di]
                 di += 1
             for block in per_instant[i]:

@@ -116,6 +116,7 @@ class JobPlan:
     )
     no_learning: str | None = None  # "flat" | "zero_lr" | "zero_grad"
     nccl_timeout_s: float = 600.0
+    hiccup_per_step: float = 0.002
     rerun_of: str | None = None
     end_state: str | None = None  # forced end: ("cancelled", t) via cancel_at
     cancel_at: float | None = None
@@ -225,6 +226,7 @@ class JobResult:
     compute_start: np.ndarray  # (W, K)
     phase_frac: np.ndarray  # (W, 5, n): fraction of each sample in each phase
     proc_end: np.ndarray  # (W,) absolute time each rank's process exits
+    proc_seen: np.ndarray  # (W,) when each rank's process record is emitted (first seen)
     exit_codes: np.ndarray  # (W,)
     state: str
     exit_code: int
@@ -288,6 +290,9 @@ def simulate_job(
                 "pid": pid_base + node_id * 7919 + local * 37 + int(rng.integers(0, 30)),
             }
         )
+    # When the agent first sees each rank's process (at the start of the recording for a job
+    # that was already running); samples keyed by its pid begin at the next sample instant.
+    proc_seen = np.maximum(plan.start_t + rng.uniform(0, _PROC_SEEN_S, W), fleet.start_ts)
     gpu_ids = np.array([rk["gpu_global"] for rk in ranks])
     demand = (
         0.08 * plan.compute_level[0]
@@ -342,6 +347,10 @@ def simulate_job(
         if plan.starve is not None and t >= plan.starve[0]:
             produce *= plan.starve[1]
         d = np.maximum(0.0, produce * rng.normal(1.0, 0.01, W) - prev_busy) + d_extra
+        if rng.random() < plan.hiccup_per_step:
+            # A slow shard read or a GC pause on one rank's input pipeline: a healthy job has
+            # these now and then (one short stall, not a pattern).
+            d[int(rng.integers(W))] += rng.uniform(0.5, 3.0)
         cs = t + d
         arr = cs + c
         if plan.hang is not None and t >= plan.hang[1] and hang_step is None:
@@ -391,7 +400,7 @@ def simulate_job(
         watchdog = arrive[:, hang_step] + plan.nccl_timeout_s
         proc_end = np.where(arrived, watchdog, np.inf)
         if crash_step is not None:
-            proc_end[plan.crash[0]] = plan.crash[1]  # type: ignore[index]
+            proc_end[plan.crash[0]] = plan.crash[1] + 0.3  # type: ignore[index]
             exit_codes[plan.crash[0]] = 1  # type: ignore[index]
         else:
             stuck_kill = float(np.nanmax(np.where(arrived, watchdog, -np.inf))) + 5.0
@@ -470,6 +479,7 @@ def simulate_job(
         compute_start=compute_start,
         phase_frac=phase_frac,
         proc_end=proc_end,
+        proc_seen=proc_seen,
         exit_codes=exit_codes,
         state=state,
         exit_code=exit_code,
@@ -511,7 +521,6 @@ def _apply_to_fleet(
         act.tensor_active,
         act.dram_active,
     )
-    i_start, _ = _sample_span(fleet, plan.start_t + _PROC_SEEN_S, plan.start_t + _PROC_SEEN_S)
     for r, rk in enumerate(res.ranks):
         g = rk["gpu_global"]
         frac = res.phase_frac[r]  # (5, n)
@@ -543,7 +552,7 @@ def _apply_to_fleet(
             act.sm_active[g, i0:init_end] = np.maximum(act.sm_active[g, i0:init_end], burst * 0.8)
         fleet.gpu_owner.setdefault(g, []).append(
             (
-                i_start,
+                _sample_span(fleet, res.proc_seen[r], res.proc_seen[r])[0],
                 _sample_span(fleet, plan.start_t, res.proc_end[r])[1],
                 {"job": plan.job_id, "rank": r, "local_rank": rk["local_rank"], "pid": rk["pid"]},
             )
@@ -616,12 +625,12 @@ def _emit_process_signals(
     n, dt = fleet.n_samples, fleet.interval_s
     W = plan.world_size
     edges = fleet.start_ts + dt * np.arange(n + 1)
-    i0, i1 = _sample_span(fleet, plan.start_t + _PROC_SEEN_S, float(np.max(res.proc_end)))
+    i0, i1 = _sample_span(fleet, float(np.min(res.proc_seen)), float(np.max(res.proc_end)))
     if i1 <= i0:
         return
     alive = np.zeros((W, n), dtype=bool)
     for r in range(W):
-        a, b = _sample_span(fleet, plan.start_t + _PROC_SEEN_S, res.proc_end[r])
+        a, b = _sample_span(fleet, res.proc_seen[r], res.proc_end[r])
         alive[r, a:b] = True
     alive = alive[:, i0:i1]
     frac = res.phase_frac[:, :, i0:i1]
@@ -848,7 +857,8 @@ def _emit_records(
     }
     job = {
         "type": "job",
-        "ts": plan.start_t - rng.uniform(0.5, 3.0),
+        # A job already running when the recording began is first seen at its start.
+        "ts": max(plan.start_t - rng.uniform(0.5, 3.0), fleet.start_ts),
         "job": plan.job_id,
         "kind": "training",
         "name": plan.name,
@@ -870,7 +880,7 @@ def _emit_records(
             "local_rank": rk["local_rank"],
             "world_size": W,
         }
-        ts = plan.start_t + rng.uniform(0, _PROC_SEEN_S)
+        ts = float(res.proc_seen[r])
         run.add(
             {
                 "type": "process",
@@ -886,7 +896,7 @@ def _emit_records(
             run.add(
                 {
                     "type": "process",
-                    "ts": _worker_spawn_t(plan) + rng.uniform(0, 1),
+                    "ts": max(_worker_spawn_t(plan) + rng.uniform(0, 1), fleet.start_ts),
                     "pid": rk["pid"] + 1 + w,
                     "ppid": rk["pid"],
                     "cmd": cmd,
@@ -1033,7 +1043,7 @@ def _emit_records(
                 run.add(
                     {
                         "type": "log",
-                        "ts": plan.crash[1] + 0.2,
+                        "ts": plan.crash[1] + 0.1,
                         "line": line,
                         "node": rk["node"],
                         "pid": rk["pid"],

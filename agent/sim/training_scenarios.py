@@ -48,7 +48,13 @@ def _truth(
 
 class _Setup:
     def __init__(
-        self, ctx: ScenarioContext, *, min_nodes: int = 1, copies: int = 1, max_nodes: int = 8
+        self,
+        ctx: ScenarioContext,
+        *,
+        min_nodes: int = 1,
+        copies: int = 1,
+        max_nodes: int = 8,
+        neighbor_ok: bool = True,
     ) -> None:
         rng = ctx.rng
         self.ctx = ctx
@@ -58,10 +64,13 @@ class _Setup:
         nodes = ctx.nodes if ctx.nodes is not None else int(rng.choice([1, 1, 2, 2, 3, 4, 4, 6, 8]))
         nodes = min(max(nodes, min_nodes), max(max_nodes, min_nodes, ctx.nodes or 0))
         self.job_nodes = nodes
+        # Sometimes another, healthy job shares the fleet: detectors must keep jobs apart.
+        self.neighbor_nodes = 1 if neighbor_ok and rng.random() < 0.3 else 0
         self.fleet: Fleet = make_fleet(
             rng,
             seed=ctx.seed,
-            n_nodes=nodes * copies,  # copies > 1: room for a rerun on other nodes
+            # copies > 1: room for a rerun on other nodes
+            n_nodes=nodes * copies + self.neighbor_nodes,
             gpus_per_node=gpn,
             n_samples=ctx.n_samples,
             start_ts=ctx.start_ts,
@@ -120,26 +129,47 @@ class _Setup:
             )
 
     def plan(
-        self, *, node_ids: list[int] | None = None, start_frac: float | None = None, **kw: Any
+        self,
+        *,
+        node_ids: list[int] | None = None,
+        start_frac: float | None = None,
+        prestart_ok: bool = True,
+        **kw: Any,
     ) -> JobPlan:
-        start = (
-            self.at(start_frac)
-            if start_frac is not None
-            else self.at(float(self.rng.uniform(0.003, 0.04)))
-        )
-        return draw_plan(
+        """A random job. Unless told when it starts, 30% of jobs were already running when the
+        recording began (resumed from a checkpoint; the agent first sees them at the start)."""
+        prestart = start_frac is None and prestart_ok and self.rng.random() < 0.3
+        if start_frac is not None:
+            start = self.at(start_frac)
+        elif prestart:
+            start = self.ctx.start_ts - float(self.rng.uniform(60, 1800))
+        else:
+            start = self.at(float(self.rng.uniform(0.003, 0.04)))
+        plan = draw_plan(
             self.rng,
             self.fleet,
             node_ids=node_ids if node_ids is not None else list(range(self.job_nodes)),
             start_t=start,
             **kw,
         )
+        if prestart:
+            plan.first_step = int(self.rng.integers(10, 400)) * 100
+            plan.loss_start = float(self.rng.uniform(2.6, 4.0))
+        return plan
+
+    def first_step_after(self, res: JobResult, t: float) -> float:
+        """Start of the first step at or after `t` that the recording saw."""
+        return _first_step_after(res, max(t, self.ctx.start_ts))
 
     def simulate(self, plan: JobPlan, pid_base: int = 0) -> JobResult:
         base = pid_base or int(self.rng.integers(20000, 3_000_000))
         return simulate_job(plan, self.fleet, self.run, self.rng, pid_base=base)
 
     def finish(self, truth: dict[str, Any]) -> SimRun:
+        if self.neighbor_nodes:
+            first = len(self.fleet.nodes) - self.neighbor_nodes
+            neighbor = self.plan(node_ids=list(range(first, len(self.fleet.nodes))))
+            self.simulate(neighbor)
         self.fleet.emit(self.run, self.rng)
         self.run.meta["truth"] = truth
         return self.run
@@ -191,8 +221,9 @@ def healthy_training(ctx: ScenarioContext) -> SimRun:
     s = _Setup(ctx)
     plan = s.plan()
     if s.rng.random() < 0.4:
-        window = (ctx.duration_s * s.rng.uniform(0.6, 0.9) - plan.init_s) / plan.step_time_s
-        plan.stop_after_steps = max(5, int(window * 0.85))
+        end = s.at(float(s.rng.uniform(0.6, 0.9)))
+        steps = (end - plan.start_t - plan.init_s) / plan.step_time_s
+        plan.stop_after_steps = max(5, int(steps * 0.85))
     s.simulate(plan)
     return s.finish(dict(HEALTHY_TRUTH))
 
@@ -252,7 +283,7 @@ def sequence_imbalance(ctx: ScenarioContext) -> SimRun:
     if s.rng.random() < 0.35:  # a data-mix change part-way through
         plan.imbalance_from = s.at(float(s.rng.uniform(0.2, 0.5)))
     res = s.simulate(plan)
-    onset = _first_step_after(
+    onset = s.first_step_after(
         res, plan.imbalance_from if np.isfinite(plan.imbalance_from) else plan.start_t
     )
     return s.finish(_truth("sequence_imbalance", "job", _subject(job=plan.job_id), onset))
@@ -273,7 +304,7 @@ def input_starvation(ctx: ScenarioContext) -> SimRun:
     res = s.simulate(plan)
     return s.finish(
         _truth(
-            "input_starvation", "job", _subject(job=plan.job_id), _first_step_after(res, onset_t)
+            "input_starvation", "job", _subject(job=plan.job_id), s.first_step_after(res, onset_t)
         )
     )
 
@@ -288,7 +319,7 @@ def no_learning(ctx: ScenarioContext) -> SimRun:
     s = _Setup(ctx)
     mode = str(s.rng.choice(["flat", "zero_lr", "zero_grad"]))
     fw = str(s.rng.choice(["megatron", "hf_trainer"])) if mode != "flat" else None
-    plan = s.plan(framework=fw)
+    plan = s.plan(framework=fw, prestart_ok=False)
     plan.first_step = 0
     plan.no_learning = mode
     plan.loss_start = float(np.log(s.rng.choice([32000, 50257, 128256])))
@@ -300,7 +331,7 @@ def no_learning(ctx: ScenarioContext) -> SimRun:
             "no_learning",
             "job",
             _subject(job=plan.job_id),
-            _first_step_after(res, plan.start_t),
+            s.first_step_after(res, plan.start_t),
             mode=mode,
         )
     )
@@ -318,7 +349,7 @@ def numerical_divergence(ctx: ScenarioContext) -> SimRun:
     step = float(
         np.exp(s.rng.uniform(np.log(0.3), np.log(max(0.31, min(5.0, ctx.duration_s * 0.3 / 40)))))
     )
-    plan = s.plan(node_ids=list(range(nodes)), step_time_s=step)
+    plan = s.plan(node_ids=list(range(nodes)), step_time_s=step, prestart_ok=False)
     plan.precision = "fp8"
     plan.ckpt_every = 10**9
     span = int(max(20, (ctx.duration_s * 0.3 - plan.init_s) / step))
@@ -339,6 +370,7 @@ def numerical_divergence(ctx: ScenarioContext) -> SimRun:
         node_ids=list(range(nodes, 2 * nodes)),
         step_time_s=plan.step_time_s,
         framework=plan.framework,
+        prestart_ok=False,
     )
     rerun.start_t = plan.cancel_at + float(s.rng.uniform(20, 90))
     for attr in (
@@ -435,7 +467,13 @@ def slow_rank(ctx: ScenarioContext) -> SimRun:
             f.thermal(g, i0, None, float(s.rng.uniform(14, 22)))
         s.event(signals.EVENT_THROTTLE, t0, gpu_global=g, value=bits)
     elif cause == "power_cap":
-        f.power_cap(g, i0, None, float(s.rng.uniform(300, 430)))
+        # A cap well under what this job's compute draws (a mis-set or inherited limit).
+        lvl = plan.compute_level
+        demand = 0.08 * lvl[0] + 0.25 * lvl[1] + 0.85 * lvl[3] + 0.2 * lvl[4]
+        spec = s.fleet.spec
+        draw = spec.idle_w + spec.context_w + (spec.tdp_w - spec.idle_w) * demand
+        cap = max(spec.min_power_limit_w, min(draw, spec.tdp_w) * float(s.rng.uniform(0.5, 0.7)))
+        f.power_cap(g, i0, None, cap)
     elif cause == "pcie":
         gen, width = (
             (int(s.rng.choice([3, 4])), int(s.rng.choice([8, 16])))
@@ -463,7 +501,7 @@ def slow_rank(ctx: ScenarioContext) -> SimRun:
             "slow_rank",
             "infrastructure",
             _subject(job=plan.job_id, node=rk["node"], gpu=rk["gpu"], rank=r),
-            _first_step_after(res, t0),
+            s.first_step_after(res, t0),
             cause=cause,
         )
     )
@@ -618,7 +656,7 @@ def fabric_degraded(ctx: ScenarioContext) -> SimRun:
             "fabric_degraded",
             "infrastructure",
             _subject(job=plan.job_id, node=s.fleet.nodes[node_id].hostname),
-            _first_step_after(res, t0),
+            s.first_step_after(res, t0),
             device=dev,
             port="1",
         )

@@ -112,5 +112,5 @@ def test_pid_records_fall_inside_the_process_lifetime(name: str) -> None:
             assert key not in gone or rec["ts"] <= gone[key], rec
             checked += 1
     assert checked > 10_000
-    if name != "hardware_fault":  # its silent-corruption variant keeps running
+    if name == "no_learning":  # completes inside the window
         assert gone

@@ -19,7 +19,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
 
 @pytest.fixture
 def collector() -> Iterator[EbpfCollector]:
-    collector = EbpfCollector(rescan_interval_s=0.0, node="test-node")
+    collector = EbpfCollector(rescan_interval_s=0.0, node="test-node", detach_grace_s=0.0)
     if not collector.start():
         pytest.skip(collector.unavailable_reason or "BPF programs cannot be loaded")
     try:

@@ -187,8 +187,33 @@ def test_an_exited_process_is_reported_once_more_then_forgotten_and_probes_detac
     # ...then nothing more for that pid, and no process maps the library files any more.
     assert of_pid(collector.collect(time.time()), pid) == {}
     assert mine(collector, built) == {}
-    last_launch = collector.last_launches()
-    assert pid not in last_launch
+    assert pid not in collector.last_launches()
+    # The probes are removed a few per interval (each takes the kernel ~0.1 s), then gone.
+    for _ in range(200):
+        if collector.pending_detach == 0:
+            break
+        collector.collect(time.time())
+    assert collector.pending_detach == 0
+    assert [e for e in collector._bpf.uprobe_fds if str(built.libdir).encode() in e] == []
+
+
+def test_a_job_restarting_within_the_grace_period_keeps_its_probes(built: Built) -> None:
+    collector = EbpfCollector(rescan_interval_s=0.0, detach_grace_s=60.0)
+    if not collector.start():
+        pytest.skip(collector.unavailable_reason or "BPF programs cannot be loaded")
+    try:
+        with Driver(built):
+            collector.collect(time.time())
+        events_before = set(collector._bpf.uprobe_fds)
+        collector.collect(time.time())  # the first run exited: within the grace period
+        assert len(mine(collector, built)) == 2 and collector.pending_detach == 0
+        with Driver(built) as restarted:
+            restarted.command("launch 12")
+            values = of_pid(collector.collect(time.time()), restarted.pid)
+        assert values[(signals.CUDA_LAUNCHES, None)] == 12
+        assert set(collector._bpf.uprobe_fds) == events_before  # nothing attached again
+    finally:
+        collector.close()
 
 
 def test_probe_groups_left_out_are_not_attached(built: Built) -> None:
