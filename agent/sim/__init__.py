@@ -30,6 +30,19 @@ __all__ = [
 _DEFAULT_EPOCH = 1767571200.0
 
 
+def _job_roles(run: SimRun) -> dict[str, str]:
+    """{job id: role} for a builder that did not say: the truth's job (else the first job seen)
+    is the "primary" one the scenario is about; any other is "other"."""
+    ids: list[str] = []
+    for rec in run.discrete:
+        if rec["type"] == "job" and rec["job"] not in ids:
+            ids.append(rec["job"])
+    truth = run.meta.get("truth") or {}
+    subject_job = (truth.get("subject") or {}).get("job") if isinstance(truth, dict) else None
+    primary = subject_job if subject_job in ids else (ids[0] if ids else None)
+    return {j: "primary" if j == primary else "other" for j in ids}
+
+
 def simulate(
     scenario: str,
     *,
@@ -71,4 +84,6 @@ def simulate(
         ("interval_s", ctx.interval_s),
     ):
         run.meta.setdefault(key, value)
+    if "jobs" not in run.meta:
+        run.meta["jobs"] = _job_roles(run)
     return run

@@ -161,7 +161,10 @@ class _Setup:
         """Start of the first step at or after `t` that the recording saw."""
         return _first_step_after(res, max(t, self.ctx.start_ts))
 
-    def simulate(self, plan: JobPlan, pid_base: int = 0) -> JobResult:
+    def simulate(self, plan: JobPlan, pid_base: int = 0, role: str = "primary") -> JobResult:
+        """Run `plan`; `meta.jobs` records each job's role: the job the scenario is about
+        ("primary"), a "rerun" of it, or an unrelated healthy "neighbor"."""
+        self.run.meta.setdefault("jobs", {})[plan.job_id] = role
         base = pid_base or int(self.rng.integers(20000, 3_000_000))
         return simulate_job(plan, self.fleet, self.run, self.rng, pid_base=base)
 
@@ -169,7 +172,7 @@ class _Setup:
         if self.neighbor_nodes:
             first = len(self.fleet.nodes) - self.neighbor_nodes
             neighbor = self.plan(node_ids=list(range(first, len(self.fleet.nodes))))
-            self.simulate(neighbor)
+            self.simulate(neighbor, role="neighbor")
         self.fleet.emit(self.run, self.rng)
         self.run.meta["truth"] = truth
         return self.run
@@ -394,7 +397,7 @@ def numerical_divergence(ctx: ScenarioContext) -> SimRun:
     ):
         setattr(rerun, attr, getattr(plan, attr))
     rerun.rerun_of = plan.job_id
-    s.simulate(rerun)
+    s.simulate(rerun, role="rerun")
     return s.finish(
         _truth(
             "numerical_divergence",

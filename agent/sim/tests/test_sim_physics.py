@@ -33,12 +33,17 @@ def _job(n_samples: int = 240, **knobs: Any) -> tuple[SimRun, JobResult]:
 
 def _per_rank(run: SimRun, name: str) -> dict[int, np.ndarray]:
     """Per rank of the job under study (another job may share the fleet)."""
-    truth = run.meta.get("truth") or {}
-    job = (truth.get("subject") or {}).get("job")
-    if job is None:  # healthy control or a run built in the test: the first job
-        job = next(r["job"] for r in run.discrete if r["type"] == "job")
+    job = _primary_job(run)
     rows = run.series(name, key=("node", "pid"), job=job)
     return {row["rank"]: v for row, v in rows if "rank" in row}
+
+
+def _primary_job(run: SimRun) -> str:
+    """The job the scenario is about (another, healthy job may share the fleet)."""
+    jobs = run.meta.get("jobs")
+    if jobs is None:  # a run built in the test: its only job
+        return str(next(r["job"] for r in run.discrete if r["type"] == "job"))
+    return next(j for j, role in jobs.items() if role == "primary")
 
 
 def _slowest_per_window(run: SimRun, i0: int, width: int = 10) -> np.ndarray:
@@ -157,7 +162,10 @@ def _ckpt_view(name: str, seed: int) -> tuple[SimRun, float, float]:
     run = simulate(name, seed=seed, duration_s=1200, nodes=1)
     gaps = _per_rank(run, signals.CUDA_LAUNCH_GAP_MAX_MS)
     max_gap = float(np.nanmin([np.nanmax(v) for v in gaps.values()]))
-    save_dir = next(r for r in run.discrete if r["type"] == "job")["config"]["save"]
+    job = _primary_job(run)
+    save_dir = next(r for r in run.discrete if r["type"] == "job" and r["job"] == job)["config"][
+        "save"
+    ]
     lat = [
         v
         for row, v in run.series(signals.STORAGE_WRITE_MS, key=("node", "labels"))

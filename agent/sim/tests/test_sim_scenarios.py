@@ -53,6 +53,10 @@ def test_scenario_trace_validates_with_truth(name: str, tmp_path: Path) -> None:
         assert set(truth["subject"]) == {"job", "node", "gpu", "rank", "mount"}
         start = report.meta["start_ts"]
         assert start <= truth["onset"] <= start + DURATION
+    roles = report.meta["jobs"]
+    assert list(roles.values()).count("primary") == 1
+    if truth["family"] is not None and truth["subject"]["job"] is not None:
+        assert roles[truth["subject"]["job"]] == "primary"
     counts = report.counts
     assert counts["sample"] > 0 and counts.get("job", 0) >= 1 and counts.get("process", 0) >= 1
 
