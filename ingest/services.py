@@ -37,6 +37,7 @@ from ingest.models import (
 )
 from ingest.processing import DecodedBatch, SeriesKey
 from ingest.storage import MAX_BLOCK_SPAN_MS, BlockRow, write_blocks
+from investigations import services as investigation_services
 from tenants import services as tenant_services
 from tenants.context import system_context, tenant_context
 
@@ -145,7 +146,43 @@ def store_batch(operator_id: int, batch: DecodedBatch, now: datetime | None = No
         _store_logs(operator_id, batch, node_ids, job_ids)
         _store_events(operator_id, batch, node_ids, job_ids)
         _store_processes(operator_id, batch, node_ids, job_ids)
+        # Detectors are told in the same transaction (investigations debounces and enqueues
+        # the evaluation on commit).
+        investigation_services.note_job_data(operator_id, *_data_spans(batch, job_ids, node_ids))
     return StoreOutcome(StoreStatus.STORED, batch.sample_count)
+
+
+Spans = dict[int, tuple[float, float]]
+
+
+def _data_spans(
+    batch: DecodedBatch, job_ids: dict[str, int], node_ids: dict[str, int]
+) -> tuple[Spans, Spans]:
+    """(job pk → (first, last) data time of its records, node pk → the same for samples that
+    carry no job, e.g. GPU readings the agent could not attribute), seconds."""
+    jobs: Spans = {}
+    nodes: Spans = {}
+
+    def add(spans: Spans, pk: int | None, lo_ms: float, hi_ms: float) -> None:
+        if pk is not None:
+            a, b = spans.get(pk, (lo_ms / 1e3, hi_ms / 1e3))
+            spans[pk] = (min(a, lo_ms / 1e3), max(b, hi_ms / 1e3))
+
+    if batch.sample_count:
+        ends = np.cumsum(batch.counts)
+        for key, count, end in zip(batch.series, batch.counts, ends, strict=True):
+            if count:
+                run = batch.ts_ms[end - count : end]
+                lo, hi = float(run.min()), float(run.max())
+                if key.job:
+                    add(jobs, job_ids.get(key.job), lo, hi)
+                else:
+                    add(nodes, node_ids.get(key.node), lo, hi)
+    for records in (batch.logs, batch.events, batch.processes, batch.exits, batch.jobs):
+        for r in records:
+            if r["job"]:
+                add(jobs, job_ids.get(r["job"]), r["ts_us"] / 1e3, r["ts_us"] / 1e3)
+    return jobs, nodes
 
 
 def _claim_receipt(operator_id: int, batch: DecodedBatch, now: datetime) -> bool:

@@ -2,9 +2,11 @@
 
 from rest_framework.routers import DefaultRouter
 
+from investigations.api.urls import register as register_investigations
 from tenants.api.urls import register as register_tenants
 
 router = DefaultRouter()
 register_tenants(router)
+register_investigations(router)
 
 urlpatterns = router.urls

@@ -17,4 +17,23 @@ class Periodic:
         return {"task": self.task, "schedule": self.every_seconds, "kwargs": self.kwargs or {}}
 
 
-BEAT_SCHEDULE: dict[str, Periodic] = {}
+BEAT_SCHEDULE: dict[str, Periodic] = {
+    "investigations-fan-out-jobs": Periodic(
+        task="investigations.fan_out_job_evaluations",
+        every_seconds=15,
+        reason=(
+            "catches every active job whose ingest signal was debounced, lost or skipped on a "
+            "busy lock, and drives incident resolution; verdicts are promised within seconds to "
+            "minutes, and a job without new data is not re-evaluated, so 15 s costs little"
+        ),
+    ),
+    "investigations-fan-out-fleet-health": Periodic(
+        task="investigations.fan_out_fleet_health",
+        every_seconds=600,
+        reason=(
+            "gpu_degrading looks at trends over hours (rising SBE rate, growing remaps, "
+            "recurring throttling); evaluating every GPU more often than every 10 min would "
+            "cost reads without changing a verdict"
+        ),
+    ),
+}

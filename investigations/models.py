@@ -1,0 +1,217 @@
+"""Incidents and their verdicts (DESIGN §7), the live pipeline's bookkeeping, list prices.
+
+- `Incident`: one per (job, family) — or per GPU for `gpu_degrading` — while it is open. It
+  holds the current verdict (the DESIGN §7 JSON) plus indexed copies of the fields queries
+  filter on (family, category, confidence, subject). Every material change of the verdict is
+  kept as a `VerdictRevision`.
+- `NotificationLog`: one row per notification fired; its unique key is what makes the
+  notification hook exactly-once (investigations/notifications.py).
+- `JobActivity`: when data for a job last arrived and how far it has been evaluated (what the
+  periodic fan-out and the ingest signal read), and how far its GPU time has been accounted.
+- `JobGpuUsage`: a job's GPU time on one GPU split into compute / waiting / idle
+  (docs/pricing.md), accumulated sample by sample as evaluations pass over new data.
+- `GpuListPrice`: the operator's list price per GPU-hour for one GPU model.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import ClassVar
+
+from django.db import models
+from django.db.models import Q
+
+from ingest.models import Job
+from tenants.models import TenantOwned
+
+GPU_DEGRADING = "gpu_degrading"
+
+
+class IncidentState(models.TextChoices):
+    OPEN = "open", "Open"
+    RESOLVED = "resolved", "Resolved"
+
+
+class ResolveReason(models.TextChoices):
+    FINDING_ABSENT = "finding_absent", "The finding was absent for the grace period"
+    JOB_ENDED = "job_ended", "The job ended"
+
+
+class Incident(TenantOwned):
+    public_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, null=True, blank=True, related_name="+")
+    family = models.CharField(max_length=64)
+    category = models.CharField(max_length=32)
+    confidence = models.FloatField()
+    title = models.CharField(max_length=300, blank=True, default="")
+    subject_node = models.CharField(max_length=255, blank=True, default="")
+    subject_gpu = models.CharField(max_length=96, blank=True, default="")
+    subject_rank = models.IntegerField(null=True, blank=True)
+    subject_mount = models.CharField(max_length=500, blank=True, default="")
+    state = models.CharField(
+        max_length=16, choices=IncidentState.choices, default=IncidentState.OPEN
+    )
+    # Data time (the verdict's interval), not wall time: agents may replay or lag.
+    first_seen = models.DateTimeField()
+    last_seen = models.DateTimeField()
+    resolved_at = models.DateTimeField(null=True, blank=True)
+    resolve_reason = models.CharField(
+        max_length=32, choices=ResolveReason.choices, blank=True, default=""
+    )
+    verdict = models.JSONField()
+    revision = models.IntegerField(default=1)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    customer_path: ClassVar[str | None] = "job__customer"
+
+    class Meta:
+        ordering = ["-last_seen", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["operator", "job", "family"],
+                condition=Q(state="open", job__isnull=False),
+                name="investigations_one_open_incident_per_job_family",
+            ),
+            models.UniqueConstraint(
+                fields=["operator", "subject_gpu", "family"],
+                condition=Q(state="open", job__isnull=True),
+                name="investigations_one_open_incident_per_gpu_family",
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["operator", "state", "last_seen"], name="inv_incident_state"),
+            models.Index(fields=["operator", "family", "category"], name="inv_incident_family"),
+            models.Index(fields=["operator", "confidence"], name="inv_incident_confidence"),
+            models.Index(fields=["operator", "subject_gpu"], name="inv_incident_gpu"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.family} ({self.state}) {self.public_id}"
+
+
+class RevisionKind(models.TextChoices):
+    CREATED = "created", "Created"
+    UPDATED = "updated", "Updated"
+    CATEGORY_CHANGED = "category_changed", "Category changed"
+    FAMILY_CHANGED = "family_changed", "Family changed"
+    RESOLVED = "resolved", "Resolved"
+
+
+class VerdictRevision(TenantOwned):
+    """One kept version of an incident's verdict."""
+
+    incident = models.ForeignKey(Incident, on_delete=models.CASCADE, related_name="revisions")
+    number = models.IntegerField()
+    kind = models.CharField(max_length=32, choices=RevisionKind.choices)
+    family = models.CharField(max_length=64)
+    category = models.CharField(max_length=32)
+    confidence = models.FloatField()
+    verdict = models.JSONField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    customer_path: ClassVar[str | None] = "incident__job__customer"
+
+    class Meta:
+        ordering = ["incident_id", "number"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["incident", "number"], name="investigations_revision_number"
+            )
+        ]
+
+
+class NotificationKind(models.TextChoices):
+    NEW = "new", "New verdict"
+    CHANGED = "changed", "Category or family changed"
+
+
+class NotificationLog(TenantOwned):
+    """The idempotency record of the notification hook: inserted before subscribers are
+    called, unique on (incident, kind, family, category), so a retried or concurrent evaluation
+    that reaches the same notification finds the row and fires nothing."""
+
+    incident = models.ForeignKey(Incident, on_delete=models.CASCADE, related_name="+")
+    revision = models.ForeignKey(VerdictRevision, on_delete=models.CASCADE, related_name="+")
+    kind = models.CharField(max_length=16, choices=NotificationKind.choices)
+    family = models.CharField(max_length=64)
+    category = models.CharField(max_length=32)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    customer_path: ClassVar[str | None] = "incident__job__customer"
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["incident", "kind", "family", "category"],
+                name="investigations_notify_once",
+            )
+        ]
+
+
+class JobActivity(TenantOwned):
+    job = models.OneToOneField(Job, on_delete=models.CASCADE, related_name="+")
+    # Earliest and latest sample/record time seen for the job (seconds since the epoch, data
+    # time: agents may replay or lag, so wall time says nothing about the window).
+    first_data_ts = models.FloatField()
+    last_data_ts = models.FloatField()
+    received_at = models.DateTimeField()  # wall time the last batch for it was stored
+    evaluated_through_ts = models.FloatField(null=True, blank=True)
+    evaluated_at = models.DateTimeField(null=True, blank=True)
+    usage_through_ts = models.FloatField(null=True, blank=True)
+
+    customer_path: ClassVar[str | None] = "job__customer"
+
+    class Meta:
+        indexes = [models.Index(fields=["operator", "received_at"], name="inv_activity_recv")]
+
+
+class JobGpuUsage(TenantOwned):
+    """GPU-seconds of one job on one GPU, split by what the GPU was doing (docs/pricing.md)."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="+")
+    gpu = models.CharField(max_length=96)
+    node = models.CharField(max_length=255, blank=True, default="")
+    gpu_model = models.CharField(max_length=128, blank=True, default="")
+    gpu_seconds = models.FloatField(default=0.0)
+    compute_seconds = models.FloatField(default=0.0)
+    wait_seconds = models.FloatField(default=0.0)
+    idle_seconds = models.FloatField(default=0.0)
+    first_ts = models.FloatField(null=True, blank=True)
+    last_ts = models.FloatField(null=True, blank=True)
+    # Which estimate was possible: "engine+ebpf", "engine", "util" (docs/pricing.md).
+    method = models.CharField(max_length=32, blank=True, default="")
+
+    customer_path: ClassVar[str | None] = "job__customer"
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["job", "gpu"], name="investigations_usage_job_gpu")
+        ]
+
+    @property
+    def productive_share(self) -> float | None:
+        return self.compute_seconds / self.gpu_seconds if self.gpu_seconds > 0 else None
+
+
+class GpuListPrice(TenantOwned):
+    """What the operator charges per GPU-hour for one GPU model (as NVML names it)."""
+
+    gpu_model = models.CharField(max_length=128)
+    price_per_gpu_hour = models.DecimalField(max_digits=10, decimal_places=4)
+    currency = models.CharField(max_length=3, default="USD")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["gpu_model"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["operator", "gpu_model"], name="investigations_price_per_model"
+            ),
+            models.CheckConstraint(
+                condition=Q(price_per_gpu_hour__gt=0), name="investigations_price_positive"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.gpu_model}: {self.price_per_gpu_hour} {self.currency}/GPU-h"

@@ -1,0 +1,526 @@
+"""The live pipeline's writes: job activity from ingest, evaluations, incidents and verdicts.
+
+    ingest stores a batch ─► note_job_data() ─► (debounced) evaluate_job task
+    periodic fan-out ──────► evaluate_job / evaluate_fleet_health tasks
+    evaluate_job(): lock ─► window from ingest ─► detectors ─► merge_verdicts() ─► notifications
+                                               └► account_usage() (the real price)
+
+docs/live-pipeline.md describes the lifecycle; the numbers below carry their reasons.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+
+from django.conf import settings
+from django.core.cache import cache
+from django.db import connection, transaction
+
+from ingest.models import Job, JobRank, JobState
+from investigations import notifications
+from investigations.models import (
+    GPU_DEGRADING,
+    GpuListPrice,
+    Incident,
+    IncidentState,
+    JobActivity,
+    JobGpuUsage,
+    NotificationKind,
+    ResolveReason,
+    RevisionKind,
+    VerdictRevision,
+)
+from tenants.access import Principal
+from tenants.context import tenant_context
+from tenants.models import Role
+from tenants.services import NotAllowed, TenancyError
+
+log = logging.getLogger(__name__)
+
+# The detectors see at most the last 30 min of a job's data: long enough for several
+# checkpoints, a loss trend and hundreds of steps; bounded so an evaluation's cost does not
+# grow with the job's age. A younger job is seen from its first sample.
+WINDOW_S = 1800.0
+# A finding absent for 10 min of data time resolves its incident. Shorter would flap on
+# periodic problems (a checkpoint stall recurs at each save, typically every 10–60 min);
+# longer keeps a fixed problem open for no reason.
+GRACE_S = 600.0
+# At most one evaluation per job per 10 s from the ingest signal: agents ship every few
+# seconds, and the detectors' window moves by a few samples per evaluation at most.
+DEBOUNCE_S = 10.0
+# A job that stored data in the last 10 min is active (the fan-out evaluates it).
+ACTIVE_S = 600.0
+# GPU time is accounted up to 30 s behind the newest data: batches of a job's nodes arrive
+# from different agents a few seconds apart, and a sample accounted is never counted again.
+SETTLE_S = 30.0
+# An evaluation holding the lock longer than this is presumed dead (worker killed).
+LOCK_TTL_S = 600.0
+# A verdict revision is kept when the verdict changes in substance: family, category,
+# subject, title or recommendation, or confidence moving by at least this much.
+CONFIDENCE_STEP = 0.05
+TERMINAL_STATES = frozenset({JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED})
+
+
+def _dt(ts: float) -> datetime:
+    return datetime.fromtimestamp(ts, tz=UTC)
+
+
+def _ts(value: datetime) -> float:
+    return value.timestamp()
+
+
+# --- ingest → detectors ------------------------------------------------------------------------
+
+
+def note_job_data(
+    operator_id: int,
+    spans: dict[int, tuple[float, float]],
+    node_spans: dict[int, tuple[float, float]] | None = None,
+    now: datetime | None = None,
+) -> list[int]:
+    """Ingest stored data for these jobs (job pk → (first ts, last ts) in the batch), and
+    samples without a job on these nodes (node pk → span), which count for the running jobs
+    with a rank on the node (a GPU reading the agent could not attribute is still the job's).
+
+    Records the activity (in the caller's transaction, so it commits with the batch) and
+    schedules an evaluation of each job at most once per DEBOUNCE_S. Returns the job pks it
+    scheduled."""
+    now = now or datetime.now(UTC)
+    spans = dict(spans)
+    with tenant_context(operator_id):
+        if node_spans:
+            running = (
+                JobRank.objects.for_tenant(operator_id)
+                .filter(node_id__in=list(node_spans))
+                .exclude(job__state__in=list(TERMINAL_STATES))
+                .values_list("job_id", "node_id")
+                .distinct()
+            )
+            for job_pk, node_pk in running:
+                lo, hi = node_spans[node_pk]
+                a, b = spans.get(job_pk, (lo, hi))
+                spans[job_pk] = (min(a, lo), max(b, hi))
+        if not spans:
+            return []
+        existing = {
+            a.job_id: a
+            for a in JobActivity.objects.for_tenant(operator_id).filter(job_id__in=list(spans))
+        }
+        for job_pk, (first, last) in spans.items():
+            activity = existing.get(job_pk)
+            if activity is None:
+                JobActivity.objects.create(
+                    operator_id=operator_id,
+                    job_id=job_pk,
+                    first_data_ts=first,
+                    last_data_ts=last,
+                    received_at=now,
+                )
+            else:
+                activity.first_data_ts = min(activity.first_data_ts, first)
+                activity.last_data_ts = max(activity.last_data_ts, last)
+                activity.received_at = now
+                activity.save(update_fields=["first_data_ts", "last_data_ts", "received_at"])
+    scheduled = [pk for pk in spans if cache.add(_debounce_key(operator_id, pk), 1, DEBOUNCE_S)]
+    for job_pk in scheduled:
+        transaction.on_commit(lambda pk=job_pk: schedule_job_evaluation(operator_id, pk))  # type: ignore[misc]
+    return scheduled
+
+
+def _key(*parts: object) -> str:
+    """A cache key private to this database: workers of one deployment share it; another
+    deployment or test database on the same Redis does not."""
+    return ":".join(["investigations", str(connection.settings_dict["NAME"]), *map(str, parts)])
+
+
+def _debounce_key(operator_id: int, job_pk: int) -> str:
+    return _key("eval-debounce", operator_id, job_pk)
+
+
+# None: enqueue when a broker is configured (not the embedded default) and not under tests,
+# whose shared Redis has no worker for them. Tests that exercise the enqueue set it True.
+ENQUEUE: bool | None = None
+
+
+def enqueue_enabled() -> bool:
+    if ENQUEUE is not None:
+        return ENQUEUE
+    return not settings.CELERY_TASK_ALWAYS_EAGER and settings.PROOF_ENV != "test"
+
+
+def schedule_job_evaluation(operator_id: int, job_pk: int, countdown: float = DEBOUNCE_S) -> None:
+    """Queue evaluate_job for a worker. In the embedded default (tasks run eagerly, no broker)
+    nothing is queued here: running the detectors inline would stall the ingest writer, so the
+    in-process runner's fan-out (proof_web/commands/demo.py) evaluates active jobs instead."""
+    if not enqueue_enabled():
+        return
+    from investigations.tasks import evaluate_job
+
+    # The countdown lets the evaluation see the rest of the debounce period's data too.
+    evaluate_job.apply_async((operator_id, job_pk), countdown=countdown)
+
+
+# --- locking -----------------------------------------------------------------------------------
+
+
+@contextmanager
+def evaluation_lock(name: str) -> Iterator[bool]:
+    """A non-blocking lock through the cache: Redis in production (shared by every worker),
+    the process-local cache in the embedded default (where every evaluation runs in one
+    process). `cache.add` is atomic on both. Yields whether it was acquired; the holder's
+    token guards the release, so a lock that expired and was taken over is not released by
+    the first holder."""
+    key = _key("lock", name)
+    token = uuid.uuid4().hex
+    acquired = bool(cache.add(key, token, LOCK_TTL_S))
+    try:
+        yield acquired
+    finally:
+        if acquired and cache.get(key) == token:
+            cache.delete(key)
+
+
+# --- evaluation --------------------------------------------------------------------------------
+
+
+@dataclass
+class MergeResult:
+    created: list[int] = field(default_factory=list)
+    updated: list[int] = field(default_factory=list)
+    revised: list[int] = field(default_factory=list)
+    resolved: list[int] = field(default_factory=list)
+    notified: int = 0
+
+
+@dataclass
+class EvaluationResult:
+    status: str  # "evaluated", "busy" (another evaluation holds the lock), "no_data"
+    verdicts: list[dict[str, Any]] = field(default_factory=list)
+    merge: MergeResult = field(default_factory=MergeResult)
+    window: tuple[float, float] | None = None
+
+
+def evaluate_job(operator_id: int, job_pk: int) -> EvaluationResult:
+    """Run the detectors over the job's sliding window and merge their verdicts.
+
+    Reads and writes are separate short transactions (not one around the detectors): on the
+    embedded SQLite a read transaction that later writes fails if ingest committed meanwhile.
+    """
+    with evaluation_lock(f"job:{operator_id}:{job_pk}") as acquired:
+        if not acquired:
+            return EvaluationResult("busy")
+        with tenant_context(operator_id):
+            job = Job.objects.for_tenant(operator_id).filter(pk=job_pk).first()
+            activity = JobActivity.objects.for_tenant(operator_id).filter(job_id=job_pk).first()
+        if job is None or activity is None:
+            return EvaluationResult("no_data")
+        t1 = activity.last_data_ts
+        t0 = max(activity.first_data_ts, t1 - WINDOW_S)
+        ended = job.state in TERMINAL_STATES
+        from investigations import live
+
+        window, verdicts = live.detect_job(operator_id, job.job_id, t0, t1)
+        usage_through = activity.usage_through_ts
+        settle = t1 if ended else t1 - SETTLE_S
+        with tenant_context(operator_id):
+            merge = merge_verdicts(operator_id, verdicts, window_end=t1, job_pk=job_pk, ended=ended)
+            if window is not None:
+                usage_through = account_usage(operator_id, job_pk, window, usage_through, settle)
+            JobActivity.objects.for_tenant(operator_id).filter(pk=activity.pk).update(
+                evaluated_through_ts=t1,
+                evaluated_at=datetime.now(UTC),
+                usage_through_ts=usage_through,
+            )
+        return EvaluationResult("evaluated", verdicts, merge, (t0, t1))
+
+
+def evaluate_fleet_health(
+    operator_id: int, gpu: str, window_s: float = 6 * 3600.0
+) -> EvaluationResult:
+    """`gpu_degrading` for one GPU over its recent history (one incident per GPU)."""
+    with evaluation_lock(f"gpu:{operator_id}:{gpu}") as acquired:
+        if not acquired:
+            return EvaluationResult("busy")
+        from investigations import live
+
+        found = live.detect_gpu(operator_id, gpu, window_s)
+        if found is None:
+            return EvaluationResult("no_data")
+        (t0, t1), verdicts = found
+        verdicts = [v for v in verdicts if v.get("family") == GPU_DEGRADING]
+        with tenant_context(operator_id):
+            merge = merge_verdicts(operator_id, verdicts, window_end=t1, gpu=gpu)
+        return EvaluationResult("evaluated", verdicts, merge, (t0, t1))
+
+
+# --- incidents ---------------------------------------------------------------------------------
+
+
+def _interval(verdict: dict[str, Any], fallback: float) -> tuple[float, float]:
+    interval = verdict.get("interval") or {}
+    start = interval.get("start")
+    end = interval.get("end")
+    end = float(end) if isinstance(end, int | float) else fallback
+    start = float(start) if isinstance(start, int | float) else end
+    return start, max(start, end)
+
+
+def _subject(verdict: dict[str, Any]) -> dict[str, Any]:
+    subject = verdict.get("subject") or {}
+    return {
+        "subject_node": subject.get("node") or "",
+        "subject_gpu": subject.get("gpu") or "",
+        "subject_rank": subject.get("rank"),
+        "subject_mount": subject.get("mount") or "",
+    }
+
+
+def _material(old: dict[str, Any], new: dict[str, Any]) -> bool:
+    for key in ("family", "category", "subject", "title", "recommendation"):
+        if old.get(key) != new.get(key):
+            return True
+    return abs(float(old.get("confidence") or 0) - float(new.get("confidence") or 0)) >= (
+        CONFIDENCE_STEP
+    )
+
+
+def _best_per_family(verdicts: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    best: dict[str, dict[str, Any]] = {}
+    for v in verdicts:
+        family = str(v.get("family") or "")
+        if not family:
+            continue
+        if family not in best or float(v.get("confidence") or 0) > float(
+            best[family].get("confidence") or 0
+        ):
+            best[family] = v
+    return best
+
+
+def _revise(incident: Incident, kind: RevisionKind) -> VerdictRevision:
+    return VerdictRevision.objects.create(
+        operator_id=incident.operator_id,
+        incident=incident,
+        number=incident.revision,
+        kind=kind,
+        family=incident.family,
+        category=incident.category,
+        confidence=incident.confidence,
+        verdict=incident.verdict,
+    )
+
+
+def merge_verdicts(
+    operator_id: int,
+    verdicts: Iterable[dict[str, Any]],
+    *,
+    window_end: float,
+    job_pk: int | None = None,
+    gpu: str | None = None,
+    ended: bool = False,
+) -> MergeResult:
+    """Merge one evaluation's verdicts (DESIGN §7 dicts) into the scope's incidents.
+
+    Scope: a job (`job_pk`; one incident per family) or a GPU (`gpu`; `gpu_degrading`).
+    Runs in the caller's tenant transaction. Per family: no open incident → create one (and
+    notify "new") unless the verdict is the same occurrence as a resolved incident still
+    inside the window; an open one → update it, keeping a revision on a material change and
+    notifying "changed" when the category changed. Open incidents whose finding is absent for
+    GRACE_S of data time, or all of them once the job has ended, are resolved.
+    """
+    if (job_pk is None) == (gpu is None):
+        raise ValueError("merge_verdicts needs exactly one of job_pk= or gpu=")
+    result = MergeResult()
+    scope: dict[str, Any] = (
+        {"job_id": job_pk}
+        if job_pk is not None
+        else {
+            "job__isnull": True,
+            "subject_gpu": gpu,
+        }
+    )
+    incidents = Incident.objects.for_tenant(operator_id).filter(**scope)
+    open_by_family = {
+        i.family: i for i in incidents.filter(state=IncidentState.OPEN).select_for_update()
+    }
+    for family, verdict in _best_per_family(verdicts).items():
+        start, end = _interval(verdict, window_end)
+        incident = open_by_family.get(family)
+        if incident is None:
+            last = (
+                incidents.filter(family=family, state=IncidentState.RESOLVED)
+                .order_by("-last_seen")
+                .first()
+            )
+            if last is not None and end <= _ts(last.last_seen) + 1e-3:
+                continue  # the resolved occurrence, still inside the sliding window
+            incident = _create_incident(operator_id, verdict, job_pk, gpu, start, end)
+            result.created.append(incident.pk)
+            revision = _revise(incident, RevisionKind.CREATED)
+            if notifications.record(incident, revision, NotificationKind.NEW):
+                result.notified += 1
+            continue
+        material = _material(incident.verdict, verdict)
+        if not material and end <= _ts(incident.last_seen):
+            continue  # the same evidence seen again: nothing new
+        previous_category = incident.category
+        incident.verdict = {**verdict, "id": str(incident.public_id)}
+        incident.category = str(verdict.get("category") or incident.category)
+        incident.confidence = float(verdict.get("confidence") or 0.0)
+        incident.title = str(verdict.get("title") or "")[:300]
+        for name, value in _subject(verdict).items():
+            setattr(incident, name, value)
+        incident.first_seen = min(incident.first_seen, _dt(start))
+        incident.last_seen = max(incident.last_seen, _dt(end))
+        if material:
+            incident.revision += 1
+        incident.save()
+        result.updated.append(incident.pk)
+        if material:
+            kind = (
+                RevisionKind.CATEGORY_CHANGED
+                if incident.category != previous_category
+                else RevisionKind.UPDATED
+            )
+            revision = _revise(incident, kind)
+            result.revised.append(incident.pk)
+            if kind is RevisionKind.CATEGORY_CHANGED and notifications.record(
+                incident,
+                revision,
+                NotificationKind.CHANGED,
+                previous_family=incident.family,
+                previous_category=previous_category,
+            ):
+                result.notified += 1
+    for incident in open_by_family.values():
+        if ended:
+            _resolve(incident, ResolveReason.JOB_ENDED, window_end)
+            result.resolved.append(incident.pk)
+        elif window_end - _ts(incident.last_seen) >= GRACE_S:
+            _resolve(incident, ResolveReason.FINDING_ABSENT, window_end)
+            result.resolved.append(incident.pk)
+    return result
+
+
+def _create_incident(
+    operator_id: int,
+    verdict: dict[str, Any],
+    job_pk: int | None,
+    gpu: str | None,
+    start: float,
+    end: float,
+) -> Incident:
+    incident = Incident(
+        operator_id=operator_id,
+        job_id=job_pk,
+        family=str(verdict["family"]),
+        category=str(verdict.get("category") or ""),
+        confidence=float(verdict.get("confidence") or 0.0),
+        title=str(verdict.get("title") or "")[:300],
+        first_seen=_dt(start),
+        last_seen=_dt(end),
+        verdict={},
+        **_subject(verdict),
+    )
+    if gpu is not None:
+        incident.subject_gpu = gpu
+    incident.verdict = {**verdict, "id": str(incident.public_id)}
+    incident.save()
+    return incident
+
+
+def _resolve(incident: Incident, reason: ResolveReason, at: float) -> None:
+    incident.state = IncidentState.RESOLVED
+    incident.resolve_reason = reason
+    incident.resolved_at = _dt(max(at, _ts(incident.last_seen)))
+    incident.revision += 1
+    incident.save()
+    _revise(incident, RevisionKind.RESOLVED)
+
+
+# --- the real price: GPU time accounting ------------------------------------------------------
+
+
+def account_usage(
+    operator_id: int,
+    job_pk: int,
+    window: Any,
+    through: float | None,
+    until: float,
+) -> float | None:
+    """Add the window's samples in (through, until] to the job's per-GPU usage; returns the new
+    `through`. Runs in the caller's tenant transaction. Formula: investigations/pricing.py."""
+    from investigations import pricing
+
+    split = pricing.split_gpu_time(window, after=through, until=until)
+    if not split:
+        return through
+    models = pricing.gpu_models(operator_id, {s.node for s in split})
+    existing = {
+        u.gpu: u
+        for u in JobGpuUsage.objects.for_tenant(operator_id)
+        .filter(job_id=job_pk, gpu__in=[s.gpu for s in split])
+        .select_for_update()
+    }
+    for s in split:
+        usage = existing.get(s.gpu) or JobGpuUsage(
+            operator_id=operator_id, job_id=job_pk, gpu=s.gpu, node=s.node
+        )
+        usage.gpu_model = usage.gpu_model or models.get(s.gpu, "")
+        usage.gpu_seconds += s.gpu_seconds
+        usage.compute_seconds += s.compute_seconds
+        usage.wait_seconds += s.wait_seconds
+        usage.idle_seconds += s.idle_seconds
+        usage.first_ts = s.first_ts if usage.first_ts is None else min(usage.first_ts, s.first_ts)
+        usage.last_ts = s.last_ts if usage.last_ts is None else max(usage.last_ts, s.last_ts)
+        usage.method = s.method
+        usage.save()
+    last = max(s.last_ts for s in split)
+    return max(last, through) if through is not None else last
+
+
+# --- list prices -------------------------------------------------------------------------------
+
+
+def _require_operator_admin(principal: Principal) -> None:
+    if principal.role != Role.OPERATOR_ADMIN:
+        raise NotAllowed("only operator admins set list prices")
+
+
+def set_list_price(
+    principal: Principal, *, gpu_model: str, price_per_gpu_hour: Decimal, currency: str = "USD"
+) -> GpuListPrice:
+    """Create or change the operator's list price per GPU-hour for one GPU model."""
+    _require_operator_admin(principal)
+    gpu_model = gpu_model.strip()
+    if not gpu_model:
+        raise TenancyError("gpu_model is required (the model name as NVML reports it)")
+    if price_per_gpu_hour <= 0:
+        raise TenancyError(f"price_per_gpu_hour must be > 0, got {price_per_gpu_hour}")
+    currency = currency.strip().upper()
+    if len(currency) != 3 or not currency.isalpha():
+        raise TenancyError(f"currency must be a 3-letter ISO code, got {currency!r}")
+    with tenant_context(principal.operator_id):
+        price, _ = GpuListPrice.objects.update_or_create(
+            operator_id=principal.operator_id,
+            gpu_model=gpu_model,
+            defaults={"price_per_gpu_hour": price_per_gpu_hour, "currency": currency},
+        )
+    return price
+
+
+def delete_list_price(principal: Principal, price_id: int) -> None:
+    _require_operator_admin(principal)
+    with tenant_context(principal.operator_id):
+        deleted, _ = (
+            GpuListPrice.objects.for_tenant(principal.operator_id).filter(pk=price_id).delete()
+        )
+    if not deleted:
+        raise TenancyError(f"no list price {price_id}")
