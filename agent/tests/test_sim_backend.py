@@ -283,3 +283,25 @@ def test_run_command_writes_a_trace_with_out(tmp_path: Path) -> None:
     report = validate_trace(out)
     assert report.ok and report.counts["sample"] == 3 * 2 * 8
     assert {r["node"] for r in TraceReader(out)} == {"tiny-0"}
+
+
+def test_sigterm_stops_record_with_a_complete_trace(tmp_path: Path) -> None:
+    import signal
+    import subprocess
+    import sys
+
+    out = tmp_path / "stopped.jsonl.gz"
+    argv = [sys.executable, "-m", "agent.cli", "record", "--out", str(out)]
+    argv += ["--scenario", "healthy_training", "--duration", "3600", "--speed", "5"]
+    argv += ["--nodes", "1", "--gpus-per-node", "2", "--start-ts", str(T0)]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and (not out.exists() or out.stat().st_size < 2000):
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 0, stderr
+    assert "wrote" in stdout
+    report = validate_trace(out)
+    assert report.ok, report.problems  # closed cleanly: no cut-short gzip stream
+    assert report.counts["sample"] > 0
