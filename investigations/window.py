@@ -236,7 +236,12 @@ def parse_logs(rows: list[LogRow]) -> tuple[StepTable, list[Checkpoint], list[Lo
         elif p.kind == tp.CHECKPOINT_BEGIN:
             # One save is printed by every rank in some frameworks: keep the first begin.
             key = p.path
-            if key not in open_ckpt:
+            if key in open_ckpt and row.ts - open_ckpt[key][0] > 30.0:
+                # A new save to the same place and the last one never printed an end line
+                # (nanoGPT prints only "saving checkpoint to …"): keep it as begin-only.
+                begin, path, step = open_ckpt.pop(key)
+                ckpts.append(Checkpoint(begin, None, path, step))
+            if key not in open_ckpt:  # else the same save printed by another rank
                 open_ckpt[key] = (row.ts, p.path, p.step)
         elif p.kind == tp.CHECKPOINT_END:
             # Pair with the open save whose path contains this one's (frameworks print the

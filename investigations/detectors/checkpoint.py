@@ -64,9 +64,12 @@ def _stall_span(idle: np.ndarray, times: np.ndarray, begin: float, end: float) -
     return a, b
 
 
-def _mount_series(w: JobWindow, path: str | None) -> tuple[str | None, dict[str, list[SeriesData]]]:
+def _mount_series(
+    w: JobWindow, path: str | None, stalls: list[tuple[float, float, str | None]]
+) -> tuple[str | None, dict[str, list[SeriesData]]]:
     """The mount a checkpoint path lives on (longest matching mount point), and its series by
-    signal name across the job's nodes."""
+    signal name across the job's nodes. A relative path ("out/") names no mount: then the mount
+    the job's nodes wrote most to during the stalls is the one the save went to."""
     by_mount: dict[str, dict[str, list[SeriesData]]] = {}
     for series in w.node_series.values():
         for s in series:
@@ -80,7 +83,21 @@ def _mount_series(w: JobWindow, path: str | None) -> tuple[str | None, dict[str,
         if cands:
             m = max(cands, key=len)
             return m, by_mount[m]
-    return None, {}
+
+    def written(series: list[SeriesData]) -> float:
+        total = 0.0
+        for s in series:
+            for a, b, _ in stalls:
+                keep = (s.ts >= a) & (s.ts <= b)
+                d = np.diff(s.values[keep])
+                total += float(d[d > 0].sum())
+        return total
+
+    scored = [(written(ms.get(signals.STORAGE_WRITE_BYTES, [])), m) for m, ms in by_mount.items()]
+    best = max(scored)
+    if best[0] <= 0:
+        return None, {}
+    return best[1], by_mount[best[1]]
 
 
 def detect_checkpoint_stall(w: JobWindow) -> list[Finding]:
@@ -121,7 +138,7 @@ def detect_checkpoint_stall(w: JobWindow) -> list[Finding]:
     if lost / span < MIN_LOST_FRACTION:
         return []
     path = next((p for _, _, p in stalls if p), None)
-    mount, ms = _mount_series(w, path)
+    mount, ms = _mount_series(w, path, stalls)
     lat = ms.get(signals.STORAGE_WRITE_MS, [])
     if not lat:
         return []

@@ -44,7 +44,8 @@ PERSISTENT_MIN_LEAD = 0.03
 PERSISTENT_BLOCK_WIN = 0.6
 # The slow period must last: ≥ 25% of the observed stepping time. Shorter episodes of one
 # GPU slowing down (recurring throttling) are fleet health (`gpu_degrading`), not a straggler
-# that holds a job back.
+# that holds a job back. The same minimum applies to a rotating imbalance (a restart after a
+# checkpoint, the last minute of a run are not a sampler problem).
 PERSISTENT_MIN_FRACTION = 0.25
 # Rotating imbalance: ranks' non-waiting share deviates from the per-sample mean by ≥ 5% of it
 # on average. Healthy jobs' per-sample spread is timing jitter, ~1% in every job we looked at
@@ -169,7 +170,9 @@ def detect_sequence_imbalance(w: JobWindow) -> list[Finding]:
     seg = st.dispersion[k:]
     x = st.busy[:, k:]
     disp = float(seg.mean())
-    if disp < IMBALANCE_MIN_DISPERSION or x.shape[1] < MIN_SAMPLES:
+    if disp < IMBALANCE_MIN_DISPERSION or x.shape[1] < max(
+        MIN_SAMPLES, PERSISTENT_MIN_FRACTION * len(st.dispersion)
+    ):
         return []
     top_share = float(np.bincount(np.argmax(x, axis=0), minlength=w.world).max() / x.shape[1])
     rho = _spearman_consecutive(x)
