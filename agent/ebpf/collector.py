@@ -107,6 +107,8 @@ class EbpfCollector:
         probe_groups: Iterable[str] = PROBE_GROUPS,
         detach_grace_s: float = 60.0,
         detach_budget_s: float = 0.1,
+        young_s: float = 60.0,
+        idle_recheck_s: float = 60.0,
     ) -> None:
         """`pid_source`, when given, limits library discovery to those processes (e.g. the
         GPU processes NVML lists); by default every process under `proc_root` is looked at.
@@ -117,7 +119,9 @@ class EbpfCollector:
         a site where the launch uprobe's per-call cost matters can leave "launch" out.
         A library file no process maps any more is detached after `detach_grace_s` (a job
         restarting at once keeps its probes), spread over intervals: the kernel takes ~0.1 s
-        per probe removed, so each `collect()` spends at most about `detach_budget_s` on it."""
+        per probe removed, so each `collect()` spends at most about `detach_budget_s` on it.
+        Discovery reads the maps of processes that mapped a probed library and of those first
+        seen less than `young_s` ago at every rescan, the others every `idle_recheck_s`."""
         self.proc_root = proc_root
         self.node = node or socket.gethostname()
         self.pid_source = pid_source
@@ -126,6 +130,8 @@ class EbpfCollector:
         self.bpf_loader = bpf_loader
         self.settle_s = settle_s
         self.detach_grace_s = detach_grace_s
+        self.young_s = young_s
+        self.idle_recheck_s = idle_recheck_s
         self.detach_budget_s = detach_budget_s
         self.probe_groups = frozenset(probe_groups)
         unknown = self.probe_groups - set(PROBE_GROUPS)
@@ -141,6 +147,8 @@ class EbpfCollector:
         self._attached: dict[tuple[str, int], _Attached] = {}
         self._failed: set[tuple[str, int]] = set()  # library files that refused probes
         self._cuda_pids: set[int] = set()
+        self._pid_libraries: dict[int, list[discovery.LibraryFile]] = {}
+        self._scan_state: dict[int, tuple[int, int | None]] = {}  # pid -> first seen, last read
         self._unused_since: dict[tuple[str, int], int] = {}  # attached, mapped by no process
         self._detach_queue: dict[tuple[str, int], _Attached] = {}
         self._warn = WarnOnce(log)
@@ -221,7 +229,9 @@ class EbpfCollector:
         pids = self.pid_source() if self.pid_source else discovery.list_pids(self.proc_root)
         found: dict[tuple[str, int], tuple[int, discovery.LibraryFile]] = {}
         cuda_pids: set[int] = set()
-        for pid, libraries in discovery.scan(self.proc_root, pids).items():
+        scanned = discovery.scan(self.proc_root, self._pids_to_scan(pids))
+        self._pid_libraries = dict(scanned)
+        for pid, libraries in scanned.items():
             for library in libraries:
                 found.setdefault(library.identity, (pid, library))
                 if library.kind == CUDA:
@@ -250,6 +260,33 @@ class EbpfCollector:
                 log.info("ebpf: no process maps %s any more; detaching", queued.path)
         self._failed &= in_use
         self._cuda_pids = cuda_pids
+
+    def _pids_to_scan(self, pids: Iterable[int]) -> list[int]:
+        """Reading a process's maps costs ~0.1 ms of CPU, so not every process every rescan:
+        those that mapped a probed library last time, and those first seen less than
+        `young_s` ago (CUDA is initialised seconds after start), are read each rescan; the
+        others every `idle_recheck_s`."""
+        now_ns = self.monotonic_ns()
+        young_ns = int(self.young_s * 1e9)
+        recheck_ns = int(self.idle_recheck_s * 1e9)
+        state = self._scan_state
+        chosen = []
+        live = set()
+        for pid in pids:
+            live.add(pid)
+            first_seen, last_read = state.get(pid, (now_ns, None))
+            if (
+                last_read is None
+                or pid in self._pid_libraries
+                or now_ns - first_seen < young_ns
+                or now_ns - last_read >= recheck_ns
+            ):
+                chosen.append(pid)
+                last_read = now_ns
+            state[pid] = (first_seen, last_read)
+        for pid in [p for p in state if p not in live]:
+            del state[pid]
+        return chosen
 
     def _attach(self, library: discovery.LibraryFile, path: str) -> None:
         bpf = self._bpf

@@ -110,3 +110,36 @@ def test_every_probe_belongs_to_a_known_group_and_unknown_groups_are_refused() -
     assert groups == set(calls.PROBE_GROUPS)
     with pytest.raises(ValueError, match="launches"):
         EbpfCollector(probe_groups=("launches",))
+
+
+def test_idle_processes_maps_are_reread_only_every_idle_recheck(tmp_path: Path) -> None:
+    clock = [0]
+    (tmp_path / "10").mkdir()
+    maps = tmp_path / "10" / "maps"
+    maps.write_bytes(MAPS.splitlines(keepends=True)[0])  # python only: no CUDA yet
+    collector = EbpfCollector(
+        proc_root=str(tmp_path),
+        monotonic_ns=lambda: clock[0],
+        young_s=10.0,
+        idle_recheck_s=60.0,
+    )
+    collector.rescan()
+    assert collector.cuda_pids == set()
+
+    # While young it is read at every rescan: CUDA initialised at 5 s is seen at once.
+    clock[0] = 5 * 10**9
+    maps.write_bytes(MAPS)
+    collector.rescan()
+    assert collector.cuda_pids == {10}
+
+    # Once old and without probed libraries it is read again only after idle_recheck_s.
+    (tmp_path / "11").mkdir()
+    (tmp_path / "11" / "maps").write_bytes(MAPS.splitlines(keepends=True)[0])
+    collector.rescan()
+    clock[0] = 20 * 10**9
+    (tmp_path / "11" / "maps").write_bytes(MAPS)
+    collector.rescan()
+    assert collector.cuda_pids == {10}
+    clock[0] = 66 * 10**9
+    collector.rescan()
+    assert collector.cuda_pids == {10, 11}
