@@ -13,10 +13,13 @@ would shadow the agent's own dependencies. In order:
 
 from __future__ import annotations
 
+import atexit
 import importlib
 import os
+import shutil
 import sys
 import tempfile
+from collections.abc import Iterator
 from types import ModuleType
 
 LINK_DIR = "/usr/local/lib/proof-bcc"
@@ -33,22 +36,25 @@ class BccUnavailable(RuntimeError):
     """bcc cannot be imported (not installed, or a broken install)."""
 
 
-def _candidate_dirs() -> list[str]:
+def _candidate_dirs() -> Iterator[str]:
+    """Directories holding a `bcc/` package, in order; the private one is made only if
+    reached."""
     global _private_dir
-    dirs = []
     env = os.environ.get("PROOF_BCC_PATH")
-    if env:
-        dirs.append(env)
-    dirs.append(LINK_DIR)
+    for directory in ([env] if env else []) + [LINK_DIR]:
+        if os.path.isfile(os.path.join(directory, "bcc", "__init__.py")):
+            yield directory
     for base in SYSTEM_PACKAGE_DIRS:
         package = os.path.join(base, "bcc")
-        if os.path.isfile(os.path.join(package, "__init__.py")):
-            if _private_dir is None:
-                _private_dir = tempfile.mkdtemp(prefix="proof-bcc-")
-                os.symlink(package, os.path.join(_private_dir, "bcc"))
-            dirs.append(_private_dir)
-            break
-    return [d for d in dirs if os.path.isfile(os.path.join(d, "bcc", "__init__.py"))]
+        if not os.path.isfile(os.path.join(package, "__init__.py")):
+            continue
+        if _private_dir is None:
+            _private_dir = tempfile.mkdtemp(prefix="proof-bcc-")
+            os.symlink(package, os.path.join(_private_dir, "bcc"))
+            # Python has read what it needs by exit; the link itself is not needed then.
+            atexit.register(shutil.rmtree, _private_dir, True)
+        yield _private_dir
+        return
 
 
 def import_bcc() -> ModuleType:
