@@ -103,6 +103,7 @@ HOST_CPU_UTIL = "host.cpu_util"  # process scope with a pid, node scope without
 # Extensions from the eBPF uprobes (docs/ebpf.md), one value per interval like the above.
 CUDA_SYNCS = "cuda.syncs"  # synchronize calls that returned in the interval
 CUDA_SYNC_MAX_MS = "cuda.sync_max_ms"  # longest single synchronize call
+CUDA_SYNC_OPEN_MS = "cuda.sync_open_ms"  # synchronize call still blocked at interval end
 CUDA_MEMCPY_CALLS = "cuda.memcpy_calls"  # labels.kind: htod, dtoh, dtod, peer, any
 CUDA_MEMCPY_BYTES = "cuda.memcpy_bytes"
 CUDA_MEMCPY_MS = "cuda.memcpy_ms"
@@ -218,6 +219,7 @@ SIGNALS: dict[str, SignalSpec] = {
         _spec(NCCL_BYTES, "bytes", _P, _IV, "NCCL bytes by collective (labels.op)"),
         _spec(CUDA_SYNCS, "calls", _P, _IV, "synchronize calls returned"),
         _spec(CUDA_SYNC_MAX_MS, "ms", _P, _IV, "longest synchronize call"),
+        _spec(CUDA_SYNC_OPEN_MS, "ms", _P, _GA, "synchronize call blocked so far"),
         _spec(CUDA_MEMCPY_CALLS, "calls", _P, _IV, "cuMemcpy* calls (labels.kind)"),
         _spec(CUDA_MEMCPY_BYTES, "bytes", _P, _IV, "cuMemcpy* bytes (labels.kind)"),
         _spec(CUDA_MEMCPY_MS, "ms", _P, _IV, "host time in cuMemcpy* (labels.kind)"),
