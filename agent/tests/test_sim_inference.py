@@ -275,7 +275,7 @@ def test_underfilled_vs_saturated_vs_healthy(runs: dict[tuple[str, int], Any]) -
                 [_served(v) for _, v in _series(run, signals.VLLM_NUM_REQUESTS_RUNNING)]
             )
             occ[label] = float(running.mean()) / slots
-        assert occ["u"] < 0.2 and occ["s"] > 0.85 and occ["u"] < occ["s"] / 4
+        assert occ["u"] < 0.15 and occ["s"] > 0.8 and occ["u"] < occ["s"] / 5
         um, sm = u.meta["inference"], sat.meta["inference"]
         assert um["kv_usage_p95"] < 0.6 < 0.9 < sm["kv_usage_p95"]
         assert um["prefill_share_of_busy"] > sm["prefill_share_of_busy"]
@@ -293,7 +293,7 @@ def test_underfilled_vs_saturated_vs_healthy(runs: dict[tuple[str, int], Any]) -
     # The healthy control is busy at peak but not overloaded.
     for seed in SEEDS:
         h = runs[("healthy_inference", seed)].meta["inference"]
-        assert h["running_over_slots_p95"] > 0.6 and h["running_over_slots_mean"] > 0.3
+        assert h["running_over_slots_p95"] > 0.4 and h["running_over_slots_mean"] > 0.2
         assert h["ttft_p95_s"] < 5.0 and h["kv_usage_p95"] > 0.3
 
 
