@@ -230,6 +230,7 @@ def evaluate_job(operator_id: int, job_pk: int) -> EvaluationResult:
         usage_through = activity.usage_through_ts
         settle = t1 if ended else t1 - SETTLE_S
         with tenant_context(operator_id):
+            _take_write_lock()
             merge = merge_verdicts(operator_id, verdicts, window_end=t1, job_pk=job_pk, ended=ended)
             if window is not None:
                 usage_through = account_usage(operator_id, job_pk, window, usage_through, settle)
@@ -256,8 +257,19 @@ def evaluate_fleet_health(
         (t0, t1), verdicts = found
         verdicts = [v for v in verdicts if v.get("family") == GPU_DEGRADING]
         with tenant_context(operator_id):
+            _take_write_lock()
             merge = merge_verdicts(operator_id, verdicts, window_end=t1, gpu=gpu)
         return EvaluationResult("evaluated", verdicts, merge, (t0, t1))
+
+
+def _take_write_lock() -> None:
+    """On SQLite, make the transaction's first statement a write. A transaction that reads and
+    then writes cannot take the write lock once another connection (ingest) has committed
+    since its read — SQLite fails at once with "database is locked" instead of waiting — while
+    one that starts by writing waits for the lock (busy timeout) like any writer."""
+    if connection.vendor == "sqlite":
+        with connection.cursor() as cursor:
+            cursor.execute(f"UPDATE {Incident._meta.db_table} SET id = id WHERE 0")
 
 
 # --- incidents ---------------------------------------------------------------------------------

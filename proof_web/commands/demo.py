@@ -1,9 +1,13 @@
 """`proof demo`: the embedded stack with demo data, served on one machine.
 
 Migrates the database (SQLite in PROOF_DATA_DIR unless DATABASE_URL says otherwise), makes
-sure a demo operator, a customer and two users exist with known passwords, then serves the
-ASGI app with daphne and prints the URL and the logins. Safe to re-run: existing demo rows
-are reused and the demo passwords reset to the printed ones.
+sure a demo operator, a customer and two users exist with known passwords, then starts the
+whole live stack in this one process (proof_web/commands/demo_live.py): the ingest gRPC
+server on loopback, an in-process evaluator running the detectors on every active job,
+and simulated agents for DESIGN §1's four reference cases plus a healthy job, streaming
+through the real agent → gRPC → ingest → detectors path. Each verdict is printed as it
+appears; daphne serves the web meanwhile. Ctrl-C stops it all. `--no-agents` skips the
+agents. Safe to re-run: existing demo rows are reused and the demo passwords reset.
 """
 
 from __future__ import annotations
@@ -13,6 +17,8 @@ import errno
 import socket
 import sys
 from dataclasses import dataclass
+
+from proof_web.commands.demo_live import DEMO_SCENARIOS
 
 DEMO_OPERATOR = ("Demo GPU Cloud", "demo-cloud")
 DEMO_CUSTOMER = ("Acme ML", "acme-ml")
@@ -42,6 +48,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--setup-only",
         action="store_true",
         help="migrate and create the demo data, then exit without serving",
+    )
+    parser.add_argument(
+        "--no-agents", action="store_true", help="serve and evaluate, but start no sim agents"
+    )
+    parser.add_argument(
+        "--scenarios",
+        default=",".join(DEMO_SCENARIOS),
+        help="comma-separated simulator scenarios to play (default: the four reference cases "
+        "and a healthy job)",
+    )
+    parser.add_argument(
+        "--speed", type=float, default=10.0, help="simulated seconds per real second (default 10)"
+    )
+    parser.add_argument(
+        "--duration",
+        type=float,
+        default=600.0,
+        help="simulated seconds of telemetry each agent plays (default 600)",
+    )
+    parser.add_argument(
+        "--ingest-port", type=int, default=0, help="ingest gRPC port on 127.0.0.1 (default: any)"
+    )
+    parser.add_argument(
+        "--exit-after",
+        type=float,
+        default=0.0,
+        help="stop by itself after this many seconds (default: run until Ctrl-C)",
     )
 
 
@@ -143,7 +176,7 @@ def run(args: argparse.Namespace) -> int:
     )
     print(f"proof demo: migrating ({where})", flush=True)
     call_command("migrate", interactive=False, verbosity=0)
-    ensure_demo_data()
+    ids = ensure_demo_data()
     if args.setup_only:
         print("proof demo: demo data ready")
         _print_logins(None)
@@ -154,12 +187,43 @@ def run(args: argparse.Namespace) -> int:
         return 1
     host_in_url = f"[{args.host}]" if ":" in args.host else args.host
     url = f"http://{host_in_url}:{args.port}/"
+    scenarios = [s.strip() for s in args.scenarios.split(",") if s.strip()]
+    from agent.sim.scenarios import list_scenarios
+
+    known = {info.name for info in list_scenarios()}
+    unknown = [s for s in scenarios if s not in known]
+    if unknown:
+        print(f"proof demo: unknown scenario(s) {', '.join(unknown)}", file=sys.stderr)
+        return 2
+    from proof_web.commands.demo_live import LiveDemo
+
+    live = LiveDemo(
+        ids["operator_id"],
+        scenarios=scenarios,
+        speed=args.speed,
+        duration_s=args.duration,
+        ingest_port=args.ingest_port,
+        agents=not args.no_agents,
+    )
+    live.start()
     _print_logins(url)
+    if args.exit_after > 0:
+        import os
+        import signal
+        import threading
+
+        timer = threading.Timer(args.exit_after, lambda: os.kill(os.getpid(), signal.SIGINT))
+        timer.daemon = True
+        timer.start()
     from daphne.cli import CommandLineInterface
 
-    CommandLineInterface().run(
-        ["--bind", args.host, "--port", str(args.port), "proof_web.asgi:application"]
-    )
+    try:
+        CommandLineInterface().run(
+            ["--bind", args.host, "--port", str(args.port), "proof_web.asgi:application"]
+        )
+    finally:
+        live.stop()
+        print(live.summary(), flush=True)
     return 0
 
 
