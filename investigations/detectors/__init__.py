@@ -59,9 +59,15 @@ def run_detectors(window: JobWindow) -> list[Finding]:
     if any(f.family == "hardware_fault" for f in out):
         out = [f for f in out if f.family not in _CONSEQUENCES_OF_FAULT]
     if any(f.family == "input_starvation" for f in out):
-        # Ranks waiting on their own input queues also take turns at being slowest: the input
-        # pipeline explains that dispersion, not the sampler.
-        out = [f for f in out if f.family != "sequence_imbalance"]
+        # Ranks waiting on their own input queues take turns at being slowest, or one rank's
+        # slower input keeps it last: the input pipeline explains that, not the sampler or the
+        # rank's GPU — unless the slow rank's own GPU shows a hardware cause.
+        out = [
+            f
+            for f in out
+            if f.family != "sequence_imbalance"
+            and not (f.family == "slow_rank" and f.details.get("cause") == "unknown")
+        ]
     return out
 
 

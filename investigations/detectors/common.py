@@ -129,3 +129,29 @@ def rate_trend(ts: np.ndarray, values: np.ndarray, n_parts: int = 3) -> tuple[fl
 
 def gpu_hours(n_gpus: int, seconds: float) -> float:
     return round(n_gpus * seconds / 3600.0, 3)
+
+
+def step_seconds(w: JobWindow) -> float:
+    """The job's typical iteration time from its log (time between logged steps per step, or
+    the printed iteration time); NaN when the log says neither."""
+    st = w.steps
+    if len(st) >= 3:
+        ok = np.isfinite(st.step)
+        if ok.sum() >= 3:
+            ds = np.diff(st.step[ok])
+            dt = np.diff(st.ts[ok])
+            good = ds > 0
+            if good.any():
+                return float(np.median(dt[good] / ds[good]))
+        if np.isfinite(st.iter_ms).any():
+            return float(np.nanmedian(st.iter_ms)) / 1000.0
+    return float("nan")
+
+
+def step_blocks(w: JobWindow) -> int:
+    """Samples per training step (≥ 1): comparisons of ranks are made per step, because
+    within one long step every rank is simply computing and the waiting comes at its end."""
+    s = step_seconds(w)
+    if not np.isfinite(s) or s <= w.dt:
+        return 1
+    return int(min(60, round(s / w.dt)))

@@ -24,6 +24,8 @@ SAME_STEP_FRAC = 0.05
 # training loss by more than that over a full run.
 NO_LEARNING_MAX_DROP = 0.02
 NO_LEARNING_MIN_POINTS = 6
+# "From scratch": the first logged step is ≤ 100 or ≤ 10% of the last one.
+NO_LEARNING_SCRATCH_STEPS = 100
 # Input starvation: GPUs idle ≥ 15% of the stepping time while the busiest input worker of
 # each rank uses ≥ 90% of a core (a Python data-loader worker is single-threaded: it cannot go
 # faster, so the GPUs wait on it).
@@ -144,6 +146,17 @@ def detect_numerical_divergence(w: JobWindow) -> list[Finding]:
     return [f]
 
 
+def _from_scratch(st: StepTable) -> bool:
+    """The logged run starts near its step 0. A flat loss is only evidence of not learning
+    early in training, where a learning run's loss falls steeply; a run resumed late (step
+    3400 of a long schedule) legitimately sits on a plateau. Unknown step numbers count as
+    from scratch."""
+    steps = st.step[np.isfinite(st.step)]
+    if not len(steps):
+        return True
+    return bool(steps[0] <= max(NO_LEARNING_SCRATCH_STEPS, 0.1 * steps[-1]))
+
+
 def detect_no_learning(w: JobWindow) -> list[Finding]:
     """A run that completed (exit 0) yet learned nothing."""
     if w.meta.kind == "inference":
@@ -193,7 +206,7 @@ def detect_no_learning(w: JobWindow) -> list[Finding]:
             "Zero gradients mean the loss does not depend on any trained parameter (frozen "
             "weights, detached graph): nothing was learned."
         )
-    elif len(loss) >= NO_LEARNING_MIN_POINTS:
+    elif len(loss) >= NO_LEARNING_MIN_POINTS and _from_scratch(st):
         head = float(np.median(loss[: max(2, len(loss) // 10)]))
         tail = float(np.median(loss[-max(2, len(loss) // 5) :]))
         drop = (head - tail) / abs(head) if head else 0.0
