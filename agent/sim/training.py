@@ -117,9 +117,28 @@ class JobPlan:
     no_learning: str | None = None  # "flat" | "zero_lr" | "zero_grad"
     nccl_timeout_s: float = 600.0
     hiccup_per_step: float = 0.002
+    samples_per_epoch: float = 5e6
     rerun_of: str | None = None
     end_state: str | None = None  # forced end: ("cancelled", t) via cancel_at
     cancel_at: float | None = None
+
+    def complete_after(self, steps: int, epochs: float = 1.0) -> None:
+        """The run finishes (exit 0) after `steps` more steps — at its configured train_iters,
+        as a real run does, with its LR schedule fitted to that length."""
+        self.stop_after_steps = steps
+        self.total_steps = self.first_step + steps
+        self.warmup = max(1, min(self.warmup, steps // 10))
+        self.samples_per_epoch = self.global_batch * steps / epochs
+
+    def as_finetune(self, rng: np.random.Generator) -> None:
+        """A short fine-tune of a pretrained model from step 0: loss starts near 2–3 and drops."""
+        self.first_step = 0
+        self.name = self.name.replace("-pretrain", "-sft")
+        self.loss_start = float(rng.uniform(1.8, 3.0))
+        self.loss_floor = self.loss_start * float(rng.uniform(0.35, 0.6))
+        self.loss_k0 = float(rng.uniform(10, 80))
+        self.loss_alpha = float(rng.uniform(0.5, 0.9))
+        self.lr_peak = float(rng.choice([1e-5, 2e-5, 5e-5, 1e-4]))
 
     @property
     def world_size(self) -> int:
@@ -193,7 +212,7 @@ def draw_plan(
             float(rng.uniform(0.25, 0.5)),
         ),
         fb_used_mib=float(rng.uniform(42000, 76000)),
-        precision=str(rng.choice(["bf16", "bf16", "fp8"])),
+        precision=str(rng.choice(["bf16", "bf16", "bf16", "fp8", "fp8", "fp16"])),
         seq_len=seq_len,
         global_batch=global_batch,
         tokens_per_step=float(tokens),
@@ -809,6 +828,8 @@ def _loss_curve(
         )
     loss = loss * (1 + rng.normal(0, plan.loss_noise, len(s)))
     g = 0.35 + 6.0 * np.exp(-s / 150.0)
+    if plan.no_learning in ("flat", "zero_lr"):
+        g = np.full_like(s, float(rng.uniform(0.8, 4.0)))  # weights never move: no decay
     gnorm = g * rng.lognormal(0, 0.18, len(s))
     if plan.no_learning == "zero_grad":
         gnorm = np.zeros_like(s)
@@ -972,7 +993,9 @@ def _emit_records(
     loss, gnorm = _loss_curve(plan, steps, rng, corrupt_from)
     step_dur = np.diff(np.concatenate([[plan.start_t + plan.init_s], step_end]))
     fmt_interval = fmt.log_interval
-    loss_scale = 65536.0
+    # Dynamic loss scaling exists only in fp16; bf16/fp8 runs print a constant 1.0.
+    fp16 = plan.precision == "fp16"
+    loss_scale = 65536.0 if fp16 else 1.0
     skipped = nan_iters = 0
     ckpt_after = {k: (t0, t1) for k, t0, t1 in ckpt_steps}
     start_idx = 0
@@ -1000,7 +1023,9 @@ def _emit_records(
         seg_loss = loss[sl]
         lval = float(np.nan if np.isnan(seg_loss).any() else np.mean(seg_loss))
         gval = float(np.nan if np.isnan(lval) else np.mean(gnorm[sl]))
-        if plan.divergence is not None and step >= plan.divergence[1] and fmt.name == "megatron":
+        exploding = plan.divergence is not None and step >= plan.divergence[1]
+        if fp16 and (exploding or math.isnan(lval)):
+            # Overflowing gradients: fp16 skips the iteration and halves the scale.
             loss_scale = max(1.0, loss_scale / 2)
             skipped = int(rng.integers(1, 4))
         else:
@@ -1021,7 +1046,7 @@ def _emit_records(
             loss_scale=loss_scale,
             skipped=skipped,
             nan_iters=nan_iters,
-            epoch=step * plan.global_batch / 5e6,
+            epoch=step * plan.global_batch / plan.samples_per_epoch,
             mem_gib=plan.fb_used_mib / 1024 * 0.85,
             mem_pct=plan.fb_used_mib / 1024 * 0.85 / 79.1 * 100,
         )

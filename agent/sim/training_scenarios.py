@@ -222,11 +222,15 @@ def _rank_info(res: JobResult, rank: int) -> dict[str, Any]:
 )
 def healthy_training(ctx: ScenarioContext) -> SimRun:
     s = _Setup(ctx)
-    plan = s.plan()
     if s.rng.random() < 0.4:
+        # A fine-tune that runs to completion inside the window (exit 0, loss clearly drops).
+        plan = s.plan(prestart_ok=False)
+        plan.as_finetune(s.rng)
         end = s.at(float(s.rng.uniform(0.6, 0.9)))
         steps = (end - plan.start_t - plan.init_s) / plan.step_time_s
-        plan.stop_after_steps = max(5, int(steps * 0.85))
+        plan.complete_after(max(5, int(steps * 0.85)), epochs=float(s.rng.choice([1, 2, 3])))
+    else:
+        plan = s.plan()
     s.simulate(plan)
     return s.finish(dict(HEALTHY_TRUTH))
 
@@ -323,11 +327,13 @@ def no_learning(ctx: ScenarioContext) -> SimRun:
     mode = str(s.rng.choice(["flat", "zero_lr", "zero_grad"]))
     fw = str(s.rng.choice(["megatron", "hf_trainer"])) if mode != "flat" else None
     plan = s.plan(framework=fw, prestart_ok=False)
-    plan.first_step = 0
+    plan.as_finetune(s.rng)
     plan.no_learning = mode
-    plan.loss_start = float(np.log(s.rng.choice([32000, 50257, 128256])))
-    window = (ctx.duration_s * s.rng.uniform(0.6, 0.9) - plan.init_s) / plan.step_time_s
-    plan.stop_after_steps = max(12, int(window * 0.85))
+    if s.rng.random() < 0.5:  # from scratch: stuck at the uniform-prediction loss ln(vocab)
+        plan.loss_start = float(np.log(s.rng.choice([32000, 50257, 128256])))
+    end = s.at(float(s.rng.uniform(0.6, 0.9)))
+    window = (end - plan.start_t - plan.init_s) / plan.step_time_s
+    plan.complete_after(max(12, int(window * 0.85)), epochs=float(s.rng.choice([1, 2, 3])))
     res = s.simulate(plan)
     return s.finish(
         _truth(
