@@ -383,6 +383,21 @@ class EbpfCollector:
                 del stats[key]
         return per_pid
 
+    def open_syncs(self, now_ns: int) -> dict[int, int]:
+        """pid → ns its longest synchronize call still in progress has been blocked so far."""
+        table = self._bpf[b"inflight"]
+        open_ns: dict[int, int] = {}
+        for key, value in list(table.items()):
+            if key.what not in SYNC_CALLS:
+                continue
+            pid = int(value.pid)
+            # A thread that died inside the call leaves its entry until the LRU evicts it.
+            task = os.path.join(self.proc_root, str(pid), "task", str(int(key.tid)))
+            if not os.path.exists(task):
+                continue
+            open_ns[pid] = max(open_ns.get(pid, 0), max(0, now_ns - int(value.ts)))
+        return open_ns
+
     def last_launches(self) -> dict[int, int]:
         """pid → ktime of its latest launch, for live processes; forgets exited ones."""
         table = self._bpf[b"last_launch"]
@@ -402,12 +417,13 @@ class EbpfCollector:
         self, now: float, per_pid: dict[int, dict[Call, Aggregate]], now_ns: int
     ) -> list[Record]:
         last = self.last_launches()
+        blocked = self.open_syncs(now_ns) if "sync" in self.probe_groups else {}
         records: list[Record] = []
-        for pid in sorted(set(per_pid) | set(last)):
+        for pid in sorted(set(per_pid) | set(last) | set(blocked)):
             calls = per_pid.get(pid, {})
             emit = _Emitter(records, now, self.node, pid)
             launches = calls.get(Call.LAUNCH, Aggregate())
-            cuda_active = pid in last or any(c in CUDA_CALLS for c in calls)
+            cuda_active = pid in last or pid in blocked or any(c in CUDA_CALLS for c in calls)
             if cuda_active:
                 # The gap still open at `now` counts too: a process that stopped launching
                 # shows a growing gap rather than nothing.
@@ -427,6 +443,9 @@ class EbpfCollector:
                 if syncs.calls:
                     emit(signals.CUDA_SYNCS, syncs.calls)
                     emit(signals.CUDA_SYNC_MAX_MS, syncs.max_ns / NS_PER_MS)
+                if pid in blocked:
+                    # Counted in cuda.sync_ms only when it returns; visible here while it hangs.
+                    emit(signals.CUDA_SYNC_OPEN_MS, blocked[pid] / NS_PER_MS)
             for call, kind in MEMCPY_KINDS.items():
                 memcpy = calls.get(call)
                 if memcpy is None or not memcpy.calls:

@@ -14,8 +14,9 @@
 //                without racing the probes' increments.
 //   last_launch  LRU hash pid -> ktime of the process's latest kernel launch (not cleared per
 //                interval, so a gap spanning two intervals is still measured).
-//   inflight     LRU hash {tid, call class} -> {entry ktime, bytes}: calls entered, not yet
-//                returned (a thread that dies inside a call is evicted by the LRU).
+//   inflight     LRU hash {tid, call class} -> {entry ktime, bytes, pid}: calls entered, not
+//                yet returned (a thread that dies inside a call is evicted by the LRU). User
+//                space reads it for the synchronize calls still blocked at interval end.
 //   group_state  LRU hash tid -> ncclGroupStart nesting depth and the outermost start time.
 #include <uapi/linux/ptrace.h>
 
@@ -40,6 +41,8 @@ struct inflight_key {
 struct inflight_val {
     u64 ts;
     u64 bytes;
+    u32 pid;  // so user space can report calls still blocked, per process
+    u32 unused;
 };
 
 struct group_val {
@@ -97,12 +100,14 @@ static __always_inline int on_launch(void) {
 }
 
 static __always_inline int enter(u32 what, u64 bytes) {
+    u64 id = bpf_get_current_pid_tgid();
     struct inflight_key key = {};
-    key.tid = (u32)bpf_get_current_pid_tgid();
+    key.tid = (u32)id;
     key.what = what;
     struct inflight_val val = {};
     val.ts = bpf_ktime_get_ns();
     val.bytes = bytes;
+    val.pid = id >> 32;
     inflight.update(&key, &val);
     return 0;
 }

@@ -97,9 +97,17 @@ class Driver:
 
     def command(self, line: str) -> str:
         """Run one command; returns what follows "ok" in the answer."""
+        self.send(line)
+        return self.wait(line)
+
+    def send(self, line: str) -> None:
+        """Start one command without waiting for it (then `wait()`)."""
         assert self.process.stdin is not None
         self.process.stdin.write(line + "\n")
         self.process.stdin.flush()
+
+    def wait(self, line: str = "the command") -> str:
+        """Wait for the answer to the command sent last."""
         answer = self._read_line()
         if not answer.startswith("ok"):
             raise BuildError(f"driver refused {line!r}: {answer}")

@@ -163,6 +163,28 @@ def test_each_interval_is_read_and_cleared_and_an_idle_process_shows_a_growing_g
         assert idle[(signals.CUDA_SYNC_MS, None)] == 0.0
 
 
+def test_a_synchronize_call_still_blocked_is_reported_until_it_returns(
+    built: Built, collector: EbpfCollector
+) -> None:
+    with Driver(built) as driver:
+        collector.collect(time.time())
+        driver.command("launch 3")
+        collector.collect(time.time())
+        started = time.monotonic()
+        driver.send("sync stream 1 900000")  # blocks 0.9 s
+        time.sleep(0.3)
+        blocked = of_pid(collector.collect(time.time()), driver.pid)
+        waited_ms = (time.monotonic() - started) * 1000.0
+        assert 300.0 <= blocked[(signals.CUDA_SYNC_OPEN_MS, None)] <= waited_ms
+        assert blocked[(signals.CUDA_SYNC_MS, None)] == 0.0  # not returned yet
+        assert (signals.CUDA_SYNCS, None) not in blocked
+        driver.wait()
+        returned = of_pid(collector.collect(time.time()), driver.pid)
+    assert returned[(signals.CUDA_SYNCS, None)] == 1
+    assert returned[(signals.CUDA_SYNC_MS, None)] >= 900.0
+    assert (signals.CUDA_SYNC_OPEN_MS, None) not in returned
+
+
 def test_a_process_started_later_is_found_and_one_library_file_is_probed_once(
     built: Built, collector: EbpfCollector
 ) -> None:
