@@ -7,6 +7,7 @@ what `proof-agent doctor` asks.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from agent.ebpf._bcc import BccUnavailable, import_bcc
 
@@ -43,3 +44,29 @@ def ebpf_status() -> tuple[bool, str]:
         return False, f"BPF programs cannot be loaded: {reason}"
     bpf.cleanup()
     return True, f"bcc {getattr(bcc, '__version__', '?')}: uprobe programs load"
+
+
+def build_collectors(
+    *,
+    node: str | None = None,
+    proc_root: str = "/proc",
+    capture_output: bool = True,
+    probe_groups: tuple[str, ...] | None = None,
+) -> list[Any]:
+    """The eBPF collectors for a real node, ready for the agent loop: the uprobe collector
+    and, with `capture_output`, the stdout/stderr capture of the processes it found mapping
+    libcuda. Nothing is loaded until the first `collect()`; each logs once and yields nothing
+    if BPF cannot load."""
+    from agent.ebpf.calls import PROBE_GROUPS
+    from agent.ebpf.collector import EbpfCollector
+    from agent.ebpf.output import OutputCapture
+
+    uprobes = EbpfCollector(
+        node=node, proc_root=proc_root, probe_groups=probe_groups or PROBE_GROUPS
+    )
+    collectors: list[Any] = [uprobes]
+    if capture_output:
+        collectors.append(
+            OutputCapture(node=node, proc_root=proc_root, pid_source=lambda: uprobes.cuda_pids)
+        )
+    return collectors

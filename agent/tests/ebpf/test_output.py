@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from agent import signals
+from agent.ebpf import build_collectors
 from agent.ebpf.output import OutputCapture
 from agent.ebpf.probe_target import Built, Driver
 
@@ -94,3 +95,29 @@ def test_a_partial_line_is_kept_until_its_newline_or_the_process_exits(
     # It exited without the newline: what it left is still a line.
     last = lines_of(capture.collect(time.time()), other.pid, "stderr")
     assert [r["line"] for r in last] == ["last words"]
+
+
+def test_the_node_collectors_capture_what_the_gpu_processes_they_find_print(built: Built) -> None:
+    uprobes, output = build_collectors(node="n1")
+    try:
+        if not uprobes.start() or not output.start():
+            pytest.skip(uprobes.unavailable_reason or output.unavailable_reason or "no BPF")
+        with Driver(built) as driver:
+            uprobes.collect(time.time())  # finds the driver mapping libcuda
+            assert driver.pid in uprobes.cuda_pids
+            output.collect(time.time())  # starts tracking it
+            driver.command("launch 4")
+            driver.command("say iteration 7 loss 1.25")
+            samples = uprobes.collect(time.time())
+            logs = output.collect(time.time())
+        assert any(
+            s["name"] == signals.CUDA_LAUNCHES and s["pid"] == driver.pid and s["value"] == 4
+            for s in samples
+        )
+        assert [r["line"] for r in lines_of(logs, driver.pid, "stderr")] == [
+            "iteration 7 loss 1.25"
+        ]
+        assert {r["name"] for r in samples} <= set(signals.SIGNALS)
+    finally:
+        uprobes.close()
+        output.close()
