@@ -132,6 +132,7 @@ def build_inference(ctx: ScenarioContext, kind: str) -> SimRun:
         "start_ts": start,
         "nodes": [nd.hostname for nd in fleet.nodes],
         "gpu_model": fleet.spec.name,
+        "jobs": {dep.job: "primary"},
         "inference": _summary(eng, dep, lat),
     }
     run = SimRun(meta, start_ts=start, n_samples=n, interval_s=ctx.interval_s)
