@@ -11,6 +11,7 @@ from agent import signals
 from agent.ebpf import build_collectors
 from agent.ebpf.output import OutputCapture
 from agent.ebpf.probe_target import Built, Driver
+from agent.trace import check_record
 
 pytestmark = pytest.mark.bpf
 
@@ -38,6 +39,8 @@ def capture(tracked: set[int]) -> Iterator[OutputCapture]:
 
 
 def lines_of(records: list[dict], pid: int, stream: str) -> list[dict]:
+    for record in records:
+        assert check_record(record) is None, (check_record(record), record)
     return [
         r for r in records if r["type"] == "log" and r[signals.PID] == pid and r["stream"] == stream
     ]

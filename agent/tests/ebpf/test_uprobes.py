@@ -11,6 +11,7 @@ import pytest
 from agent import signals
 from agent.ebpf.collector import EbpfCollector
 from agent.ebpf.probe_target import Built, Driver
+from agent.trace import check_record
 
 pytestmark = pytest.mark.bpf
 
@@ -22,6 +23,7 @@ def of_pid(records: list[Record], pid: int) -> dict[tuple[str, str | None], floa
     out: dict[tuple[str, str | None], float] = {}
     for record in records:
         assert record["type"] == "sample"
+        assert check_record(record) is None, (check_record(record), record)
         if record[signals.PID] != pid:
             continue
         labels = record.get("labels") or {}
