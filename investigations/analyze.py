@@ -79,9 +79,9 @@ def format_verdict(v: dict[str, Any]) -> str:
     ]
     imp = v["impact"]
     if imp["slowdown_pct"] is not None or imp["gpu_hours_lost"] is not None:
-        lines.append(
-            f"   impact: slowdown {imp['slowdown_pct']}%, GPU-hours lost {imp['gpu_hours_lost']}"
-        )
+        slow = "-" if imp["slowdown_pct"] is None else f"{imp['slowdown_pct']}%"
+        lost = "-" if imp["gpu_hours_lost"] is None else imp["gpu_hours_lost"]
+        lines.append(f"   impact: slowdown {slow}, GPU-hours lost {lost}")
     lines.append("   evidence:")
     lines.append(
         f"   {'id':<4} {'signal':<44} {'where':<28} {'observed':>14} {'baseline':>14}  note"

@@ -100,9 +100,10 @@ def detect_numerical_divergence(w: JobWindow) -> list[Finding]:
         job=w.job,
     )
     cites = [e1]
+    loss_cites = [e1]
     g = st.grad_norm[: ix + 1]
     if np.isfinite(g).sum() >= 3:
-        cites.append(
+        loss_cites.append(
             f.add(
                 "log: grad norm",
                 (t_d, t_x),
@@ -119,28 +120,36 @@ def detect_numerical_divergence(w: JobWindow) -> list[Finding]:
             continue
         tol = max(2.0, min(50.0, SAME_STEP_FRAC * max(step_x, ost.step[ox])))
         if abs(ost.step[ox] - step_x) <= tol:
+            other_nodes = set(w.related_meta[other].nodes) if other in w.related_meta else set()
+            elsewhere = bool(other_nodes) and not other_nodes & set(w.job_nodes())
+            where = "on other nodes" if elsewhere else "on the same or unknown nodes"
+            relation = (
+                "a rerun of this job" if w.meta.rerun_of != other else "the run this job reruns"
+            )
             e_r = f.add(
                 "log: loss (rerun)",
                 (float(ost.ts[0]), float(ost.ts[ox])),
                 int(ost.step[ox]),
                 int(step_x),
-                f"job {other} (a rerun on other nodes) diverged at this step; baseline: this job",
+                f"job {other} ({relation}, {where}) diverged at this step; baseline: this "
+                "job's divergence step",
                 job=other,
             )
             cites.append(e_r)
             rerun_txt = (
-                f" A rerun ({other}) on other nodes diverged at step {int(ost.step[ox])} "
-                f"[{e_r}]: the recipe, not the hardware."
+                f" Job {other} ({relation}) {where} diverged at step {int(ost.step[ox])} "
+                f"[{e_r}]" + (": the recipe, not the hardware." if elsewhere else ".")
             )
             f.confidence = 0.92
     f.summary = (
         f"The loss drifted up from its low of {float(pre[i_min]):.3f} at {hhmmss(t_d)} and "
-        f"exploded at {step_txt} ({hhmmss(t_x)}) [{', '.join(cites[:2])}]." + rerun_txt
+        f"exploded at {step_txt} ({hhmmss(t_x)}) [{', '.join(loss_cites)}]." + rerun_txt
     )
     f.explanation = (
         "The loss rose gradually before it blew up, the signature of an unstable optimisation "
-        "(learning rate, precision scaling) rather than a sudden hardware corruption; the job's "
-        "GPUs show no XID, ECC or row-remap change in the window (see cleared)."
+        "(learning rate, precision scaling) rather than a sudden hardware corruption; no "
+        "hardware XID or ECC event hit the job's GPUs before it (the hardware clearance below "
+        "lists every counter's change over the job's window)."
     )
     f.gpu_hours_lost = gpu_hours(w.world, max(0.0, w.t1 - t_d))
     return [f]
