@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from agent.ebpf._bcc import BccUnavailable, import_bcc
+from agent.ebpf._bcc import BccUnavailable, import_bcc, load_failure_hints
 
 UPROBE_PMU = "/sys/bus/event_source/devices/uprobe"
 TRACEFS_UPROBE_EVENTS = (
@@ -39,9 +39,8 @@ def ebpf_status() -> tuple[bool, str]:
             bpf.load_func(name.encode(), bcc.BPF.KPROBE)
     except Exception as error:  # bcc raises plain Exception for compile/load refusals
         reason = str(error) or error.__class__.__name__
-        if os.geteuid() != 0:
-            reason += " (not running as root: BPF needs CAP_BPF + CAP_PERFMON or root)"
-        return False, f"BPF programs cannot be loaded: {reason}"
+        hints = load_failure_hints()
+        return False, f"BPF programs cannot be loaded: {reason}" + (f" ({hints})" if hints else "")
     bpf.cleanup()
     return True, f"bcc {getattr(bcc, '__version__', '?')}: uprobe programs load"
 

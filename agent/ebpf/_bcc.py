@@ -81,3 +81,37 @@ def import_bcc() -> ModuleType:
     raise BccUnavailable(
         f"cannot import bcc (install python3-bpfcc, or set PROOF_BCC_PATH): {detail}"
     )
+
+
+CAP_SYS_ADMIN = 21
+CAP_PERFMON = 38
+CAP_BPF = 39
+
+
+def _effective_capabilities() -> int | None:
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("CapEff:"):
+                    return int(line.split()[1], 16)
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def load_failure_hints() -> str:
+    """Why bcc may have failed to compile or load, as far as can be seen from here: bcc's own
+    exception only says "Failed to compile BPF module" (libbcc prints the cause on stderr)."""
+    hints = []
+    caps = _effective_capabilities()
+    if caps is not None:
+        has = lambda cap: bool(caps >> cap & 1)  # noqa: E731
+        if not (has(CAP_SYS_ADMIN) or (has(CAP_BPF) and has(CAP_PERFMON))):
+            hints.append("this process lacks CAP_BPF+CAP_PERFMON (or CAP_SYS_ADMIN): run as root")
+    headers = f"/lib/modules/{os.uname().release}/build"
+    if not os.path.exists(headers):
+        hints.append(
+            f"no kernel headers at {headers} (install linux-headers, or run "
+            "scripts/setup-system.d/bcc.sh)"
+        )
+    return "; ".join(hints)

@@ -35,7 +35,7 @@ from typing import Any
 from agent import signals
 from agent.collectors._common import Record, WarnOnce
 from agent.ebpf import discovery
-from agent.ebpf._bcc import import_bcc
+from agent.ebpf._bcc import import_bcc, load_failure_hints
 from agent.ebpf.calls import (
     CUDA,
     CUDA_CALLS,
@@ -165,7 +165,10 @@ class EbpfCollector:
             control[ctypes.c_int(0)] = ctypes.c_uint32(self._slot)
         except Exception as error:  # bcc raises plain Exception for compile/load refusals
             self.available = False
-            self.unavailable_reason = f"BPF programs cannot be loaded: {error}"
+            hints = load_failure_hints()
+            self.unavailable_reason = f"BPF programs cannot be loaded: {error}" + (
+                f" ({hints})" if hints else ""
+            )
             log.warning("ebpf collector disabled: %s", self.unavailable_reason)
             self._bpf = None
             return False

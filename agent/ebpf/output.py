@@ -28,7 +28,7 @@ from typing import Any
 from agent import signals
 from agent.collectors._common import Record, WarnOnce
 from agent.ebpf import discovery
-from agent.ebpf._bcc import import_bcc
+from agent.ebpf._bcc import import_bcc, load_failure_hints
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +99,10 @@ class OutputCapture:
             self._bpf[b"events"].open_ring_buffer(self._on_event)
         except Exception as error:  # bcc raises plain Exception for compile/load refusals
             self.available = False
-            self.unavailable_reason = f"BPF programs cannot be loaded: {error}"
+            hints = load_failure_hints()
+            self.unavailable_reason = f"BPF programs cannot be loaded: {error}" + (
+                f" ({hints})" if hints else ""
+            )
             log.warning("ebpf output capture disabled: %s", self.unavailable_reason)
             self._bpf = None
             return False

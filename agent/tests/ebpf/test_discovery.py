@@ -143,3 +143,12 @@ def test_idle_processes_maps_are_reread_only_every_idle_recheck(tmp_path: Path) 
     clock[0] = 66 * 10**9
     collector.rescan()
     assert collector.cuda_pids == {10, 11}
+
+
+def test_load_failure_hints_name_missing_privileges(monkeypatch: pytest.MonkeyPatch) -> None:
+    from agent.ebpf import _bcc
+
+    # CapEff as /proc/self/status gives it: CAP_SYS_ADMIN is bit 21, CAP_PERFMON 38, CAP_BPF 39.
+    for caps, lacking in ((0, True), (1 << 21, False), (1 << 38 | 1 << 39, False), (1 << 39, True)):
+        monkeypatch.setattr(_bcc, "_effective_capabilities", lambda caps=caps: caps)
+        assert ("lacks CAP_BPF" in _bcc.load_failure_hints()) is lacking, hex(caps)
