@@ -318,12 +318,20 @@ def detect_collective_hang(w: JobWindow) -> list[Finding]:
     launches = w.proc.get(signals.CUDA_LAUNCHES)
     sync = w.proc.get(signals.CUDA_SYNC_MS)
     eng = w.gpu.get(signals.DCGM_FI_PROF_GR_ENGINE_ACTIVE)
-    if launches is None or not np.isfinite(launches).any():
+    tensor = w.gpu.get(signals.DCGM_FI_PROF_PIPE_TENSOR_ACTIVE)
+    if launches is not None and np.isfinite(launches).any():
+        none = np.nan_to_num(launches, nan=0.0).max(axis=0) <= 0
+        source = signals.CUDA_LAUNCHES
+    elif tensor is not None and eng is not None and np.isfinite(tensor).any():
+        # Without eBPF: no rank's tensor pipes compute (≤ 2% — an NCCL kernel spinning does
+        # not use them) is "nothing launched" as far as the GPUs can tell.
+        none = np.nan_to_num(tensor, nan=0.0).max(axis=0) <= 0.02
+        source = signals.DCGM_FI_PROF_PIPE_TENSOR_ACTIVE
+    else:
         return []
-    none = np.nan_to_num(launches, nan=0.0).max(axis=0) <= 0
     # "Blocked in a collective": the rank's host sits in synchronize for ≥ 90% of the interval,
     # or its GPU spins an NCCL kernel (engine active ≥ 0.9).
-    blocked = np.zeros(launches.shape, dtype=bool)
+    blocked = np.zeros((w.world, len(w.times)), dtype=bool)
     if sync is not None:
         blocked |= np.nan_to_num(sync, nan=0.0) >= 0.9 * w.dt * 1000.0
     if eng is not None:
@@ -376,15 +384,17 @@ def detect_collective_hang(w: JobWindow) -> list[Finding]:
         subject=subject(job=w.job, node=r.node, gpu=r.gpu, rank=r.rank),
     )
     e1 = f.add(
-        signals.CUDA_LAUNCHES,
+        source,
         (a, b),
         0,
         None,
-        "kernel launches on every rank over the hang",
+        "kernel launches on every rank over the hang"
+        if source == signals.CUDA_LAUNCHES
+        else "tensor-pipe activity on every rank over the hang (no eBPF: GPU view only)",
         job=w.job,
     )
     e2 = f.add(
-        signals.CUDA_SYNC_MS,
+        signals.CUDA_SYNC_MS if sync is not None else signals.DCGM_FI_PROF_GR_ENGINE_ACTIVE,
         (a, b),
         round(float(blocked[:, a_i:b_i].all(axis=1).sum()), 0),
         w.world,

@@ -124,6 +124,24 @@ def test_collective_hang_names_the_rank_that_never_arrived() -> None:
     assert detect_collective_hang(healthy) == []
 
 
+def test_collective_hang_without_ebpf_from_gpu_activity() -> None:
+    rng = np.random.default_rng(12)
+    tensor = 0.45 + rng.normal(0, 0.01, (8, N))
+    eng = np.full((8, N), 0.97)
+    tensor[:, 200:] = 0.0  # nobody computes …
+    eng[:, 200:] = 1.0  # … 7 ranks spin in the NCCL kernel …
+    eng[2, 200:] = 0.0  # … rank 2's GPU is idle: it never reached the collective
+    w = window(
+        n=N,
+        gpu={
+            signals.DCGM_FI_PROF_PIPE_TENSOR_ACTIVE: tensor,
+            signals.DCGM_FI_PROF_GR_ENGINE_ACTIVE: eng,
+        },
+    )
+    found = detect_collective_hang(w)
+    assert len(found) == 1 and found[0].subject["rank"] == 2
+
+
 def _ib(node: str, values: np.ndarray) -> SeriesData:
     labels = (("device", "mlx5_3"), ("port", "1"))
     return SeriesData(
