@@ -111,7 +111,14 @@ if _app_db is None:
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
             "NAME": str(DATA_DIR / "proof.sqlite3"),
-            "OPTIONS": {"timeout": 30, "init_command": "PRAGMA journal_mode=WAL;"},
+            # IMMEDIATE: a transaction takes the write lock at BEGIN (waiting up to `timeout`).
+            # A deferred one that reads, then writes, fails at once with "database is locked"
+            # when another thread (ingest's writers) committed in between.
+            "OPTIONS": {
+                "timeout": 30,
+                "init_command": "PRAGMA journal_mode=WAL;",
+                "transaction_mode": "IMMEDIATE",
+            },
             "TEST": {"NAME": env_optional("PROOF_SQLITE_TEST_NAME")},
         }
     }

@@ -25,6 +25,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any, TextIO
 
 log = logging.getLogger(__name__)
@@ -39,6 +40,7 @@ REFERENCE_SCENARIOS: tuple[str, ...] = (
 HEALTHY_SCENARIO = "healthy_training"
 DEMO_SCENARIOS: tuple[str, ...] = (*REFERENCE_SCENARIOS, HEALTHY_SCENARIO)
 AGENT_TOKEN_NAME = "proof demo agents"
+DEMO_LIST_PRICE = Decimal("2.49")  # USD per GPU-hour: a typical H100 on-demand list price
 
 
 class GrpcSink:
@@ -55,10 +57,36 @@ class GrpcSink:
         self.batch_seconds = batch_seconds
         self.sequence = 0
         self._batch_start: float | None = None
+        self.agent_id = agent_id
+        self._registered: set[str] = set()
+
+    def _register(self, records: Sequence[dict[str, Any]]) -> None:
+        """Register each node with its GPUs when first seen, as the real agent does on start
+        (the simulated GPUs are H100 SXM; the name is NVML's)."""
+        from agent.sim.hardware import H100_SXM
+
+        gpus: dict[str, dict[str, dict[str, Any]]] = {}
+        for rec in records:
+            node, gpu = rec.get("node"), rec.get("gpu")
+            if node and gpu and node not in self._registered:
+                gpus.setdefault(node, {})[gpu] = {
+                    "uuid": gpu,
+                    "index": int(rec.get("gpu_index") or 0),
+                    "model": H100_SXM.name,
+                }
+        for node, found in gpus.items():
+            self.sender.register(
+                agent_id=f"{self.agent_id}-{node}",
+                hostname=node,
+                agent_version="demo",
+                gpus=list(found.values()),
+            )
+            self._registered.add(node)
 
     def submit(self, records: Sequence[dict[str, Any]]) -> None:
         if not records:
             return
+        self._register(records)
         self.builder.extend(records)
         ts = float(records[-1]["ts"])
         if self._batch_start is None:
@@ -150,6 +178,7 @@ class LiveDemo:
         from investigations import notifications
 
         self._receiver = notifications.subscribe(lambda note: _print_verdict(self.out, note))
+        self._ensure_list_price()
         self.server = IngestServer("127.0.0.1", self.ingest_port)
         self.port = self.server.start()
         self.out.write(f"proof demo: ingest (gRPC) listening on 127.0.0.1:{self.port}\n")
@@ -177,6 +206,23 @@ class LiveDemo:
         if self._receiver is not None:
             notifications.unsubscribe(self._receiver)
         connections.close_all()
+
+    def _ensure_list_price(self) -> None:
+        """A list price for the simulated GPUs, so the real price can be shown (kept if the
+        operator set one)."""
+        from agent.sim.hardware import H100_SXM
+        from investigations import selectors, services
+        from tenants.access import Principal
+        from tenants.context import tenant_context
+        from tenants.models import Role
+
+        with tenant_context(self.operator_id):
+            known = selectors.list_prices(self.operator_id)
+        if H100_SXM.name not in known:
+            admin = Principal(self.operator_id, None, Role.OPERATOR_ADMIN, True)
+            services.set_list_price(
+                admin, gpu_model=H100_SXM.name, price_per_gpu_hour=DEMO_LIST_PRICE
+            )
 
     # --- agents -------------------------------------------------------------------------------
 
@@ -274,12 +320,29 @@ class LiveDemo:
             jobs = list(
                 Job.objects.for_tenant(self.operator_id)
                 .order_by("id")
-                .values_list("job_id", "kind")
+                .values_list("pk", "job_id", "kind")
             )
+        from investigations import selectors
+        from tenants.access import Principal
+        from tenants.models import Role
+
+        admin = Principal(self.operator_id, None, Role.OPERATOR_ADMIN, True)
         lines = [f"proof demo: {self.evaluations} evaluations; verdicts per job:"]
-        for job_id, kind in jobs:
+        for _pk, job_id, kind in jobs:
             found = [f"{f} ({c}, {s})" for j, f, c, s in incidents if j == job_id]
             lines.append(f"  {job_id:<36} {kind or '?':<10} {', '.join(found) or 'no verdict'}")
+        lines.append("proof demo: the real price (docs/pricing.md) per job:")
+        for pk, job_id, _kind in jobs:
+            price = selectors.real_price_for(admin, job_pk=pk)
+            if price.productive_share is None:
+                continue
+            effective = price.effective_price_per_productive_gpu_hour
+            lines.append(
+                f"  {job_id:<36} {price.gpu_hours:7.3f} GPU-h, productive share "
+                f"{price.productive_share:6.1%}, effective "
+                f"{effective if effective is not None else '-'} {price.currency or ''}"
+                "/productive GPU-h"
+            )
         for run in self.runs:
             if run.error is not None:
                 lines.append(f"  agent {run.scenario} failed: {run.error!r}")
