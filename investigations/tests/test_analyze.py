@@ -124,3 +124,24 @@ def test_malformed_lines_are_reported_and_skipped(tmp_path: Path) -> None:
     verdicts = analyze.analyze_trace(str(bad), err=err)
     assert "line 6" in err.getvalue() and "line 10" in err.getvalue()
     assert any(v["family"] == "hardware_fault" for v in verdicts)
+
+
+def test_progress_bar_goes_to_stderr_and_reaches_100(tmp_path: Path) -> None:
+    sim = simulate("healthy_training", seed=1, duration_s=300, nodes=1, gpus_per_node=2)
+    path = tmp_path / "p.jsonl.gz"
+    sim.write(path)
+    err = io.StringIO()
+    analyze.analyze_trace(str(path), progress=True, err=err)
+    assert "reading" in err.getvalue() and "100%" in err.getvalue()
+
+
+def test_human_output_has_the_evidence_table(tmp_path: Path) -> None:
+    sim = simulate("hardware_fault", seed=0, duration_s=400, nodes=1, gpus_per_node=4)
+    path = tmp_path / "t.jsonl.gz"
+    sim.write(path)
+    out = io.StringIO()
+    with redirect_stdout(out):
+        analyze.run(argparse.Namespace(trace=str(path), json=False, no_progress=True))
+    text = out.getvalue()
+    assert "== hardware_fault (infrastructure" in text
+    assert "evidence:" in text and "   e1 " in text and "cleared: hardware: implicated" in text
