@@ -11,10 +11,11 @@ See docs/simulator.md for the model, the scenarios and their ground truth.
 from __future__ import annotations
 
 import zlib
+from collections.abc import Sequence
 
 import numpy as np
 
-from agent.sim.run import SimRun
+from agent.sim.run import WITHHOLDABLE, SimRun
 from agent.sim.scenarios import ScenarioContext, ScenarioInfo, UnknownScenario, get, list_scenarios
 
 __all__ = [
@@ -51,8 +52,14 @@ def simulate(
     nodes: int | None = None,
     gpus_per_node: int | None = None,
     start_ts: float | None = None,
+    without: Sequence[str] = (),
 ) -> SimRun:
-    """Build the trace of `scenario`; the same arguments always give the same trace."""
+    """Build the trace of `scenario`; the same arguments always give the same trace.
+
+    `without` names sources the recording agent could not read (`run.WITHHOLDABLE`: "ebpf",
+    "dcgm_prof", "logs", "ib", "storage", "kernel_log"); their records are left out and
+    `meta.missing_sources` lists them.
+    """
     info, builder = get(scenario)
     if duration_s <= 0:
         raise ValueError(f"duration_s must be positive, got {duration_s}")
@@ -72,7 +79,13 @@ def simulate(
         gpus_per_node=gpus_per_node,
         start_ts=float(start_ts),
     )
+    if without:
+        bad = [src for src in without if src not in WITHHOLDABLE]
+        if bad:
+            raise ValueError(f"unknown source(s) {bad}; known: {sorted(WITHHOLDABLE)}")
     run = builder(ctx)
+    if without:
+        run.withhold(list(without))
     # Every simulated trace's meta says what produced it and the window it covers.
     for key, value in (
         ("source", "proof-sim"),

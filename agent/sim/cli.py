@@ -23,6 +23,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--gpus-per-node", type=int, default=None, help="GPUs per node (default 8)")
     parser.add_argument("--start-ts", type=float, default=None, help="trace start, Unix seconds")
+    parser.add_argument(
+        "--without",
+        default="",
+        help="comma-separated sources the agent could not read: ebpf, dcgm_prof, logs, ib, "
+        "storage, kernel_log (their records are left out, meta.missing_sources says so)",
+    )
     parser.add_argument("--out", help="output path (.jsonl or .jsonl.gz)")
 
 
@@ -48,6 +54,7 @@ def run(args: argparse.Namespace) -> int:
             nodes=args.nodes,
             gpus_per_node=args.gpus_per_node,
             start_ts=args.start_ts,
+            without=[src for src in args.without.split(",") if src],
         )
     except UnknownScenario as exc:
         print(f"proof simulate: {exc}", file=sys.stderr)

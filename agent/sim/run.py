@@ -21,6 +21,17 @@ from agent.trace import SampleColumns, TraceWriter
 
 Identity = Mapping[str, Any]
 
+# Sources an agent may be unable to read on a real node, and what goes missing without them:
+# (sample-name prefixes, record types).
+WITHHOLDABLE: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "ebpf": (("cuda.", "nccl."), ()),  # no BPF permission / unsupported kernel
+    "dcgm_prof": (("DCGM_FI_PROF_",), ()),  # no DCGM profiling (NVML-only node)
+    "logs": ((), ("log",)),  # job stdout not captured
+    "ib": (("ib.",), ()),  # no InfiniBand counters readable
+    "storage": (("storage.",), ()),
+    "kernel_log": ((), ("event",)),  # no kmsg access: no XID / throttle / link events
+}
+
 
 @dataclass
 class _Block:
@@ -62,6 +73,28 @@ class SimRun:
         self.ts = self.start_ts + self.interval_s * np.arange(self.n_samples)
         self._blocks: list[_Block] = []
         self._discrete: list[dict[str, Any]] = []
+        # Instants at which the agent recorded nothing (it stalled), and sources it lacked.
+        self.stalled: set[int] = set()
+        self._withheld_prefixes: tuple[str, ...] = ()
+        self._withheld_types: frozenset[str] = frozenset()
+
+    def withhold(self, sources: Sequence[str]) -> None:
+        """Record as an agent that cannot read `sources` would (see `WITHHOLDABLE`)."""
+        unknown = [src for src in sources if src not in WITHHOLDABLE]
+        if unknown:
+            raise ValueError(
+                f"unknown source(s) {', '.join(map(repr, unknown))}; known: "
+                + ", ".join(sorted(WITHHOLDABLE))
+            )
+        prefixes = tuple(p for src in sources for p in WITHHOLDABLE[src][0])
+        types = frozenset(t for src in sources for t in WITHHOLDABLE[src][1])
+        self._withheld_prefixes += prefixes
+        self._withheld_types |= types
+        missing = self.meta.setdefault("missing_sources", [])
+        missing.extend(src for src in sources if src not in missing)
+
+    def _withheld(self, name: str) -> bool:
+        return bool(self._withheld_prefixes) and name.startswith(self._withheld_prefixes)
 
     # --- building ---------------------------------------------------------------------------
 
@@ -123,13 +156,22 @@ class SimRun:
 
     def _sorted_discrete(self) -> list[dict[str, Any]]:
         # Stable sort: records at the same ts keep the order they were added in.
-        return sorted(self._discrete, key=lambda r: r["ts"])
+        kept = [
+            r
+            for r in self._discrete
+            if r["type"] not in self._withheld_types
+            and not (r["type"] == "sample" and self._withheld(r["name"]))
+        ]
+        return sorted(kept, key=lambda r: r["ts"])
 
     def _active_blocks(self) -> list[list[_Block]]:
         per_instant: list[list[_Block]] = [[] for _ in range(self.n_samples)]
         for b in self._blocks:
+            if self._withheld(b.name):
+                continue
             for i in range(b.start, b.start + b.values.shape[0]):
-                per_instant[i].append(b)
+                if i not in self.stalled:
+                    per_instant[i].append(b)
         return per_instant
 
     def _walk(self) -> Iterator[tuple[str, Any]]:
@@ -198,6 +240,10 @@ class SimRun:
         """For tests and the agent's sim backend: (identity, values over the whole run, NaN where
         absent) per distinct `key` of the rows of `name` whose identity contains `match`."""
         out: dict[tuple[Any, ...], tuple[dict[str, Any], np.ndarray]] = {}
+        if self._withheld(name):
+            return []
+        stalled = np.zeros(self.n_samples, dtype=bool)
+        stalled[list(self.stalled)] = True
         for b in self._blocks:
             if b.name != name:
                 continue
@@ -210,6 +256,7 @@ class SimRun:
                 vals = b.values[:, r].astype(float)
                 if b.valid is not None:
                     vals = np.where(b.valid[:, r], vals, np.nan)
+                vals = np.where(stalled[b.start : b.start + len(vals)], np.nan, vals)
                 seg = out[row_key][1][b.start : b.start + len(vals)]
                 np.copyto(seg, vals, where=~np.isnan(vals))
         return list(out.values())

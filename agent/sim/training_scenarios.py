@@ -174,6 +174,13 @@ class _Setup:
             neighbor = self.plan(node_ids=list(range(first, len(self.fleet.nodes))))
             self.simulate(neighbor, role="neighbor")
         self.fleet.emit(self.run, self.rng)
+        n = self.run.n_samples
+        if n > 60 and self.rng.random() < 0.25:
+            # The recording agent stalled once or twice (a busy node, a slow spool flush):
+            # a few seconds with no samples at all.
+            for _ in range(int(self.rng.integers(1, 3))):
+                at = int(self.rng.integers(10, n - 10))
+                self.run.stalled.update(range(at, min(n, at + int(self.rng.integers(2, 9)))))
         self.run.meta["truth"] = truth
         return self.run
 

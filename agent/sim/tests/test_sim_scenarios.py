@@ -118,3 +118,31 @@ def test_pid_records_fall_inside_the_process_lifetime(name: str) -> None:
     assert checked > 10_000
     if name == "no_learning":  # completes inside the window
         assert gone
+
+
+def test_without_sources_leaves_their_records_out() -> None:
+    full = simulate("hardware_fault", seed=2, duration_s=120, nodes=1)
+    bare = simulate("hardware_fault", seed=2, duration_s=120, nodes=1, without=["ebpf", "logs"])
+    assert bare.meta["missing_sources"] == ["ebpf", "logs"]
+    names_full = {r.get("name") for r in full.records()}
+    kinds_bare = {(r["type"], r.get("name")) for r in bare.records()}
+    assert {"cuda.sync_ms", "nccl.bytes"} <= names_full
+    assert not any(n and n.startswith(("cuda.", "nccl.")) for _, n in kinds_bare)
+    assert not any(t == "log" for t, _ in kinds_bare)
+    assert ("sample", "DCGM_FI_PROF_GR_ENGINE_ACTIVE") in kinds_bare
+    with pytest.raises(ValueError, match="unknown source"):
+        simulate("hardware_fault", seed=2, duration_s=60, without=["telepathy"])
+
+
+def test_agent_stalls_leave_gaps_in_samples_only() -> None:
+    stalled = None
+    for seed in range(12):
+        run = simulate("healthy_training", seed=seed, duration_s=300, nodes=1)
+        if run.stalled:
+            stalled = run
+            break
+    assert stalled is not None  # about a quarter of training traces have one
+    instants = {r["ts"] for r in stalled.records() if r["type"] == "sample"}
+    for i in stalled.stalled:
+        assert stalled.start_ts + i not in instants
+    assert len(instants) == stalled.n_samples - len(stalled.stalled)
