@@ -312,8 +312,8 @@ def plan(ctx: ScenarioContext, kind: str) -> tuple[Deployment, Workload]:
                 break
             w = _scale_lengths(w, 0.7, outputs=False)
         # (the estimate above runs ~2x high at these small batches)
-        least = float(rng.choice([16, 16, 24, 32, 32, 48, 64]))
-        slots = _nice_slots(min(max(0.5 * running / rng.uniform(0.06, 0.13), least), 256))
+        least = float(rng.choice([16, 24, 32, 32, 48, 64]))
+        slots = _nice_slots(min(max(0.5 * running / rng.uniform(0.05, 0.12), least), 256))
         cfg = EngineConfig(model, gpu, tp, slots, budget, caching)
     else:
         # Slots sized so a full batch fills the KV cache to a target — well used (healthy),
