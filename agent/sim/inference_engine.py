@@ -340,6 +340,16 @@ def simulate_engine(
     row_base = (np.arange(n_srv) * stride)[:, None]
     srv_of = np.repeat(np.arange(n_srv)[:, None], slots, axis=1)
 
+    # Per request, what admitting it costs, precomputed for the two prefix-cache states a
+    # server can be in (cache < 85% used: the shared prefix is still cached with p=0.97;
+    # fuller: p=0.55 — evicted more often): cached tokens, KV blocks needed, prefill work.
+    variants = (0.97, 0.55) if cfg.enable_prefix_caching else (0.0, 0.0)
+    q_hit = np.stack([np.where(q_draw < p, (q_prefix // bs) * bs, 0) for p in variants])
+    q_need = np.ceil((q_prompt[None] - q_hit) / bs)
+    q_work = np.stack([step.prefill_work_s(q_prompt.astype(float), h.astype(float)) for h in q_hit])
+    q_hit_f, q_need_f, q_work_f = q_hit.ravel(), q_need.ravel(), q_work.ravel()
+    variant_stride = n_srv * stride
+
     n_groups = int(q_group.max()) + 1
     group_prefix_blocks = np.zeros(n_groups)
     for g in range(n_groups):
@@ -430,25 +440,21 @@ def simulate_engine(
                     n_occ[s] += 1
                     free_slots[s] -= 1
                     free_blocks[s] -= need
-            blocked = np.array([bool(p) for p in preempted])
             # look ahead only as far as any server could admit this tick
             win = int(max(1, min(slots, np.minimum(free_slots, waiting_q).max())))
             ar = np.arange(win)[None, :]
             cand = q_next[:, None] + ar
             flat = cand + row_base
-            c_prompt = q_prompt.ravel()[flat]
-            c_hit = np.zeros_like(c_prompt)
-            if caching:
-                hit_p = np.where(kv_usage_now < 0.85, 0.97, 0.55)[:, None]
-                cached = q_draw.ravel()[flat] < hit_p
-                c_hit = np.where(cached, (q_prefix.ravel()[flat] // bs) * bs, 0)
-            need_b = np.ceil((c_prompt - c_hit) / bs)
+            vflat = flat + (kv_usage_now >= 0.85).astype(np.int64)[:, None] * variant_stride
+            c_hit = q_hit_f[vflat]
             valid = cand < arrived[:, None]
+            fits = ar < free_slots[:, None]
+            if any(preempted):  # a preempted request at the head of the queue blocks the rest
+                fits &= np.array([not p for p in preempted])[:, None]
             ok = (
                 valid
-                & (np.cumsum(np.where(valid, need_b, 0), axis=1) <= free_blocks[:, None])
-                & (ar < free_slots[:, None])
-                & ~blocked[:, None]
+                & (np.cumsum(np.where(valid, q_need_f[vflat], 0), axis=1) <= free_blocks[:, None])
+                & fits
             )
             n_admit = np.cumprod(ok, axis=1).sum(axis=1)  # FCFS: stop at the first misfit
             if n_admit.any():
@@ -457,9 +463,9 @@ def simulate_engine(
                 si = srv_of[:, :win][take]
                 sj = order[take]
                 src = cand[take]
-                p_new = c_prompt[take].astype(float)
+                p_new = q_prompt.ravel()[flat[take]].astype(float)
                 h_new = c_hit[take].astype(float)
-                work_new = step.prefill_work_s(p_new, h_new)
+                work_new = q_work_f[vflat[take]]
                 # Each server's prefill queue is FIFO: a request's prefill is done once the
                 # server has worked through everything queued before it, and itself.
                 work_mat = np.zeros((n_srv, win))
