@@ -9,39 +9,32 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from agent.ebpf._bcc import BccUnavailable, import_bcc, load_failure_hints
+from agent.ebpf._bcc import BccUnavailable, import_bcc
 
 UPROBE_PMU = "/sys/bus/event_source/devices/uprobe"
-TRACEFS_UPROBE_EVENTS = (
-    "/sys/kernel/tracing/uprobe_events",
-    "/sys/kernel/debug/tracing/uprobe_events",
-)
 
 
 def ebpf_status() -> tuple[bool, str]:
-    """Whether this node can run the eBPF collector, and why not: imports bcc, compiles and
-    loads the real probe program (so a missing header tree or a refusing kernel shows up
-    here, not at run time), and checks that the kernel can create uprobes. Takes ~1 s."""
+    """Whether this node can run the eBPF collector, and why not: imports bcc, checks that the
+    kernel can create uprobes, and compiles and loads the real probe program the way the
+    collector does (so a missing header tree or a refusing kernel shows up here, not at run
+    time). Takes ~1 s."""
     try:
         bcc = import_bcc()
     except BccUnavailable as error:
         return False, str(error)
-    if not os.path.exists(UPROBE_PMU) and not any(os.path.exists(p) for p in TRACEFS_UPROBE_EVENTS):
+    if not os.path.exists(UPROBE_PMU):
         return False, (
-            "the kernel offers no uprobes (no uprobe PMU, no tracefs uprobe_events: "
-            "CONFIG_UPROBE_EVENTS, or mount tracefs at /sys/kernel/tracing)"
+            f"the kernel offers no uprobe PMU ({UPROBE_PMU}): Linux 4.17+ with "
+            "CONFIG_UPROBE_EVENTS is needed"
         )
-    from agent.ebpf.collector import load_bpf
+    from agent.ebpf.loader import load_in_child
 
     try:
-        bpf = load_bpf(bcc)
-        for name in ("launch_enter", "sync_stream_leave"):
-            bpf.load_func(name.encode(), bcc.BPF.KPROBE)
-    except Exception as error:  # bcc raises plain Exception for compile/load refusals
-        reason = str(error) or error.__class__.__name__
-        hints = load_failure_hints()
-        return False, f"BPF programs cannot be loaded: {reason}" + (f" ({hints})" if hints else "")
-    bpf.cleanup()
+        # The real path: compiled and loaded in a child process, the fds handed to this one.
+        load_in_child().close()
+    except RuntimeError as error:
+        return False, f"BPF programs cannot be loaded: {error}"
     return True, f"bcc {getattr(bcc, '__version__', '?')}: uprobe programs load"
 
 

@@ -20,22 +20,17 @@ the reason once and returns nothing (see `unavailable_reason`).
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import logging
 import os
-import re
 import socket
+import struct
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from importlib import resources
-from typing import Any
 
 from agent import signals
 from agent.collectors._common import Record, WarnOnce
-from agent.ebpf import discovery
-from agent.ebpf._bcc import import_bcc, load_failure_hints
+from agent.ebpf import bpfsys, discovery
 from agent.ebpf.calls import (
     CUDA,
     CUDA_CALLS,
@@ -45,23 +40,21 @@ from agent.ebpf.calls import (
     PROBES,
     SYNC_CALLS,
     Call,
-    cflags,
 )
+from agent.ebpf.loader import LoadedProgram, load_in_child
 
 log = logging.getLogger(__name__)
 
 NS_PER_MS = 1_000_000.0
 
 
-def probes_source() -> str:
-    """The BPF C program (package data, so it also works from a zipapp)."""
-    return resources.files("agent.ebpf").joinpath("probes.c").read_text(encoding="utf-8")
-
-
-def load_bpf(bcc: Any | None = None) -> Any:
-    """Compile and load probes.c; raises (bcc's plain Exception) when the kernel refuses."""
-    bcc = bcc or import_bcc()
-    return bcc.BPF(text=probes_source().encode(), cflags=cflags())
+# Layouts of probes.c's map keys and values (struct stat_key, stat_val, inflight_*).
+_STAT_KEY = struct.Struct("<IHH")  # pid, what, slot
+_STAT_VAL = struct.Struct("<QQQQ")  # calls, total_ns, max_ns, bytes
+_INFLIGHT_KEY = struct.Struct("<II")  # tid, what
+_INFLIGHT_VAL = struct.Struct("<QQII")  # ts, bytes, pid, unused
+_U32 = struct.Struct("<I")
+_U64 = struct.Struct("<Q")
 
 
 @dataclass(slots=True)
@@ -85,7 +78,7 @@ class _Attached:
     path: str
     kind: str
     symbols: list[str] = field(default_factory=list)
-    events: list[bytes] = field(default_factory=list)  # bcc's uprobe event names
+    events: list[int] = field(default_factory=list)  # perf event fds, one per probe
     probes_attached: int = 0  # len(events) when attached; fewer once detaching has begun
 
 
@@ -102,7 +95,7 @@ class EbpfCollector:
         pid_source: Callable[[], Iterable[int]] | None = None,
         rescan_interval_s: float = 5.0,
         monotonic_ns: Callable[[], int] = time.monotonic_ns,
-        bpf_loader: Callable[[], Any] = load_bpf,
+        bpf_loader: Callable[[], LoadedProgram] = load_in_child,
         settle_s: float = 0.001,
         probe_groups: Iterable[str] = PROBE_GROUPS,
         detach_grace_s: float = 60.0,
@@ -141,7 +134,8 @@ class EbpfCollector:
             )
         self.available: bool | None = None  # None until the first start attempt
         self.unavailable_reason: str | None = None
-        self._bpf: Any = None
+        self._bpf: LoadedProgram | None = None
+        self._cpus = bpfsys.possible_cpus()
         self._slot = 0
         self._next_scan_ns = 0
         self._attached: dict[tuple[str, int], _Attached] = {}
@@ -161,14 +155,10 @@ class EbpfCollector:
             return self.available
         try:
             self._bpf = self.bpf_loader()
-            control = self._bpf[b"control"]
-            control[ctypes.c_int(0)] = ctypes.c_uint32(self._slot)
-        except Exception as error:  # bcc raises plain Exception for compile/load refusals
+            bpfsys.update(self._map("control"), _U32.pack(0), _U32.pack(self._slot))
+        except Exception as error:  # the loader says why (compile error, privileges, …)
             self.available = False
-            hints = load_failure_hints()
-            self.unavailable_reason = f"BPF programs cannot be loaded: {error}" + (
-                f" ({hints})" if hints else ""
-            )
+            self.unavailable_reason = f"BPF programs cannot be loaded: {error}"
             log.warning("ebpf collector disabled: %s", self.unavailable_reason)
             self._bpf = None
             return False
@@ -177,8 +167,11 @@ class EbpfCollector:
 
     def close(self) -> None:
         """Detach every probe and free the maps."""
+        for attached in [*self._attached.values(), *self._detach_queue.values()]:
+            self._detach_events(attached.events)
+            attached.events.clear()
         if self._bpf is not None:
-            self._bpf.cleanup()
+            self._bpf.close()
             self._bpf = None
         self._attached.clear()
         self._detach_queue.clear()
@@ -191,6 +184,23 @@ class EbpfCollector:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def _map(self, name: str) -> int:
+        assert self._bpf is not None
+        return self._bpf.maps[name]
+
+    @property
+    def probe_fds(self) -> set[int]:
+        """The perf event fds of every probe attached now (queued for removal included)."""
+        return {
+            fd
+            for attached in [*self._attached.values(), *self._detach_queue.values()]
+            for fd in attached.events
+        }
+
+    def probes_of(self, path: str) -> list[int]:
+        """The perf event fds of the probes on the attached library at `path`."""
+        return [fd for a in self._attached.values() if a.path == path for fd in a.events]
 
     @property
     def pending_detach(self) -> int:
@@ -292,47 +302,42 @@ class EbpfCollector:
         return chosen
 
     def _attach(self, library: discovery.LibraryFile, path: str) -> None:
-        bpf = self._bpf
+        if self._bpf is None:
+            return  # discovery without the program loaded (not started, or refused)
         wanted = [p for p in PROBES[library.kind] if p.group in self.probe_groups]
         if not wanted:
             return
-        pattern = "^(?:" + "|".join(re.escape(p.symbol) for p in wanted) + ")$"
         try:
-            exported = {
-                name.decode(): address
-                for name, address in bpf.get_user_functions_and_addresses(
-                    os.fsencode(path), pattern.encode()
-                )
-            }
-        except Exception as error:
+            offsets = bpfsys.function_offsets(path, {p.symbol for p in wanted})
+        except (OSError, ValueError, IndexError, struct.error) as error:
             self._failed.add(library.identity)
             log.warning("ebpf: cannot read the symbols of %s: %s", path, error)
             return
         attached = _Attached(path=path, kind=library.kind)
-        binary_path = os.fsencode(path)
-        events_before = set(bpf.uprobe_fds)
-        probed_addresses: set[int] = set()
+        probed_offsets: set[int] = set()
         for probe in wanted:
-            address = exported.get(probe.symbol)
+            offset = offsets.get(probe.symbol)
             # Aliases (two exported names, one function) would count each call twice.
-            if address is None or address in probed_addresses:
+            if offset is None or offset in probed_offsets:
                 continue
+            fds: list[int] = []
             try:
-                symbol = probe.symbol.encode()
                 if probe.entry:
-                    bpf.attach_uprobe(name=binary_path, sym=symbol, fn_name=probe.entry.encode())
+                    program = self._bpf.programs[probe.entry]
+                    fds.append(bpfsys.attach_uprobe(program, path, offset))
                 if probe.exit:
-                    bpf.attach_uretprobe(name=binary_path, sym=symbol, fn_name=probe.exit.encode())
-            except Exception as error:
+                    program = self._bpf.programs[probe.exit]
+                    fds.append(bpfsys.attach_uprobe(program, path, offset, retprobe=True))
+            except OSError as error:
                 log.warning("ebpf: cannot probe %s in %s: %s", probe.symbol, path, error)
+                self._detach_events(fds)
                 continue
-            probed_addresses.add(address)
+            attached.events.extend(fds)
+            probed_offsets.add(offset)
             attached.symbols.append(probe.symbol)
-        attached.events = [e for e in bpf.uprobe_fds if e not in events_before]
         attached.probes_attached = len(attached.events)
         if not attached.symbols:
             self._failed.add(library.identity)
-            self._detach_events(attached.events)
             log.warning("ebpf: no probed symbol could be attached in %s", path)
             return
         self._attached[library.identity] = attached
@@ -352,66 +357,69 @@ class EbpfCollector:
             if time.perf_counter() >= deadline:
                 return
 
-    def _detach_events(self, events: list[bytes]) -> None:
-        for event in events:
+    def _detach_events(self, events: list[int]) -> None:
+        for fd in events:
             try:
-                self._bpf.detach_uprobe_event(event)
-            except Exception as error:
-                log.warning("ebpf: detaching %r failed: %s", event, error)
+                os.close(fd)  # the kernel removes the probe (~0.1 s each)
+            except OSError as error:
+                log.warning("ebpf: closing probe fd %d failed: %s", fd, error)
 
     def drain(self) -> dict[int, dict[Call, Aggregate]]:
         """Flip the slot, then read and delete what the probes wrote into the old one."""
-        bpf = self._bpf
         old = self._slot
         self._slot = 1 - old
-        bpf[b"control"][ctypes.c_int(0)] = ctypes.c_uint32(self._slot)
+        bpfsys.update(self._map("control"), _U32.pack(0), _U32.pack(self._slot))
         time.sleep(self.settle_s)
-        stats = bpf[b"stats"]
+        stats = self._map("stats")
+        value_size = _STAT_VAL.size * self._cpus
         per_pid: dict[int, dict[Call, Aggregate]] = {}
-        keys = [key for key in stats if key.slot == old]
+        keys = [k for k in bpfsys.keys(stats, _STAT_KEY.size) if _STAT_KEY.unpack(k)[2] == old]
         for key in keys:
-            try:
-                per_cpu = stats.getvalue(key)
-            except KeyError:
+            pid, what, _slot = _STAT_KEY.unpack(key)
+            raw = bpfsys.lookup(stats, key, value_size)
+            if raw is None:
                 continue
             try:
-                call = Call(key.what)
+                call = Call(what)
             except ValueError:
                 continue
-            aggregate = per_pid.setdefault(key.pid, {}).setdefault(call, Aggregate())
-            for value in per_cpu:
-                aggregate.add(value.calls, value.total_ns, value.max_ns, value.bytes)
+            aggregate = per_pid.setdefault(pid, {}).setdefault(call, Aggregate())
+            for calls, total_ns, max_ns, nbytes in _STAT_VAL.iter_unpack(raw):
+                aggregate.add(calls, total_ns, max_ns, nbytes)
         for key in keys:
-            with contextlib.suppress(KeyError):
-                del stats[key]
+            bpfsys.delete(stats, key)
         return per_pid
 
     def open_syncs(self, now_ns: int) -> dict[int, int]:
         """pid → ns its longest synchronize call still in progress has been blocked so far."""
-        table = self._bpf[b"inflight"]
+        table = self._map("inflight")
         open_ns: dict[int, int] = {}
-        for key, value in list(table.items()):
-            if key.what not in SYNC_CALLS:
+        for key in list(bpfsys.keys(table, _INFLIGHT_KEY.size)):
+            tid, what = _INFLIGHT_KEY.unpack(key)
+            if what not in SYNC_CALLS:
                 continue
-            pid = int(value.pid)
+            raw = bpfsys.lookup(table, key, _INFLIGHT_VAL.size)
+            if raw is None:
+                continue
+            ts, _bytes, pid, _unused = _INFLIGHT_VAL.unpack(raw)
             # A thread that died inside the call leaves its entry until the LRU evicts it.
-            task = os.path.join(self.proc_root, str(pid), "task", str(int(key.tid)))
-            if not os.path.exists(task):
+            if not os.path.exists(os.path.join(self.proc_root, str(pid), "task", str(tid))):
                 continue
-            open_ns[pid] = max(open_ns.get(pid, 0), max(0, now_ns - int(value.ts)))
+            open_ns[pid] = max(open_ns.get(pid, 0), max(0, now_ns - ts))
         return open_ns
 
     def last_launches(self) -> dict[int, int]:
         """pid → ktime of its latest launch, for live processes; forgets exited ones."""
-        table = self._bpf[b"last_launch"]
+        table = self._map("last_launch")
         live: dict[int, int] = {}
-        for key, value in list(table.items()):
-            pid = int(key.value)
-            if discovery.process_alive(self.proc_root, pid):
-                live[pid] = int(value.value)
-            else:
-                with contextlib.suppress(KeyError):
-                    del table[key]
+        for key in list(bpfsys.keys(table, _U32.size)):
+            (pid,) = _U32.unpack(key)
+            if not discovery.process_alive(self.proc_root, pid):
+                bpfsys.delete(table, key)
+                continue
+            raw = bpfsys.lookup(table, key, _U64.size)
+            if raw is not None:
+                live[pid] = _U64.unpack(raw)[0]
         return live
 
     # --- records -----------------------------------------------------------------------------

@@ -10,8 +10,10 @@ from pathlib import Path
 import pytest
 
 from agent import signals
-from agent.ebpf import calls, discovery
-from agent.ebpf.collector import EbpfCollector, probes_source
+from agent.ebpf import bpfsys, calls, discovery
+from agent.ebpf.collector import EbpfCollector
+from agent.ebpf.loader import LoadedProgram, probes_source
+from agent.ebpf.probe_target import Built
 
 MAPS = b"""\
 55d0c0a00000-55d0c0a01000 r--p 00000000 fd:01 1311 /usr/bin/python3.11
@@ -94,7 +96,7 @@ def test_call_table_matches_the_bpf_program_and_the_vocabulary() -> None:
 
 
 def test_a_kernel_that_refuses_bpf_disables_the_collector_with_the_reason() -> None:
-    def refusing_loader() -> object:
+    def refusing_loader() -> LoadedProgram:
         raise Exception("Failed to load BPF program launch_enter: Operation not permitted")
 
     collector = EbpfCollector(bpf_loader=refusing_loader, node="n")
@@ -152,3 +154,23 @@ def test_load_failure_hints_name_missing_privileges(monkeypatch: pytest.MonkeyPa
     for caps, lacking in ((0, True), (1 << 21, False), (1 << 38 | 1 << 39, False), (1 << 39, True)):
         monkeypatch.setattr(_bcc, "_effective_capabilities", lambda caps=caps: caps)
         assert ("lacks CAP_BPF" in _bcc.load_failure_hints()) is lacking, hex(caps)
+
+
+def test_function_offsets_agree_with_nm_on_the_stand_in_libraries(built: Built) -> None:
+    """The ELF reader that places the uprobes finds each probed function where binutils does
+    (a gcc-built .so maps its text at file offset == address, so nm's address is the offset)."""
+    import subprocess
+
+    for library, kind in ((built.libcuda, calls.CUDA), (built.libnccl, calls.NCCL)):
+        wanted = {probe.symbol for probe in calls.PROBES[kind]}
+        offsets = bpfsys.function_offsets(str(library), wanted)
+        listing = subprocess.run(
+            ["nm", "-D", "--defined-only", str(library)], capture_output=True, text=True, check=True
+        ).stdout
+        by_nm = {
+            name: int(address, 16)
+            for address, kind_letter, name in (line.split() for line in listing.splitlines())
+            if kind_letter == "T" and name in wanted
+        }
+        assert offsets == by_nm
+        assert "cuLaunchKernel" in offsets or "ncclAllReduce" in offsets

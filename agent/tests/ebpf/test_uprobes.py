@@ -230,7 +230,9 @@ def test_an_exited_process_is_reported_once_more_then_forgotten_and_probes_detac
             break
         collector.collect(time.time())
     assert collector.pending_detach == 0
-    assert [e for e in collector._bpf.uprobe_fds if str(built.libdir).encode() in e] == []
+    assert collector.probe_fds == {
+        fd for path in collector.attached_libraries for fd in collector.probes_of(path)
+    }
 
 
 def test_a_job_restarting_within_the_grace_period_keeps_its_probes(built: Built) -> None:
@@ -240,14 +242,14 @@ def test_a_job_restarting_within_the_grace_period_keeps_its_probes(built: Built)
     try:
         with Driver(built):
             collector.collect(time.time())
-        events_before = set(collector._bpf.uprobe_fds)
+        events_before = collector.probe_fds
         collector.collect(time.time())  # the first run exited: within the grace period
         assert len(mine(collector, built)) == 2 and collector.pending_detach == 0
         with Driver(built) as restarted:
             restarted.command("launch 12")
             values = of_pid(collector.collect(time.time()), restarted.pid)
         assert values[(signals.CUDA_LAUNCHES, None)] == 12
-        assert set(collector._bpf.uprobe_fds) == events_before  # nothing attached again
+        assert collector.probe_fds == events_before  # nothing attached again
     finally:
         collector.close()
 

@@ -1,0 +1,242 @@
+"""The few kernel interfaces the eBPF collector needs at run time, without bcc.
+
+bcc compiles with an embedded LLVM/clang: importing it costs the agent ~64 MiB of RSS and a
+compile ~135 MiB. So the agent compiles and loads the BPF program in a short-lived child
+process (agent.ebpf.loader), receives the program and map file descriptors over a Unix socket,
+and from then on needs only what is here: the bpf(2) map commands, perf_event_open(2) with the
+uprobe PMU to attach a loaded program to a file offset, and the ELF symbol table to turn a
+symbol name into that offset.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import fcntl
+import os
+import platform
+import struct
+from collections.abc import Iterator
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.syscall.restype = ctypes.c_long
+
+_SYSCALLS = {  # (bpf, perf_event_open)
+    "x86_64": (321, 298),
+    "aarch64": (280, 241),
+}
+
+BPF_MAP_LOOKUP_ELEM = 1
+BPF_MAP_UPDATE_ELEM = 2
+BPF_MAP_DELETE_ELEM = 3
+BPF_MAP_GET_NEXT_KEY = 4
+
+PERF_FLAG_FD_CLOEXEC = 8
+PERF_EVENT_IOC_ENABLE = 0x2400
+PERF_EVENT_IOC_SET_BPF = 0x40042408  # _IOW('$', 8, __u32)
+UPROBE_PMU = "/sys/bus/event_source/devices/uprobe"
+
+
+class BpfError(OSError):
+    """A bpf(2) or perf_event_open(2) call failed."""
+
+
+def _numbers() -> tuple[int, int]:
+    machine = platform.machine()
+    if machine not in _SYSCALLS:
+        raise BpfError(errno.ENOSYS, f"no bpf syscall numbers for {machine}")
+    return _SYSCALLS[machine]
+
+
+class _MapElemAttr(ctypes.Structure):
+    _fields_ = [
+        ("map_fd", ctypes.c_uint32),
+        ("pad", ctypes.c_uint32),
+        ("key", ctypes.c_uint64),
+        ("value", ctypes.c_uint64),  # or next_key
+        ("flags", ctypes.c_uint64),
+    ]
+
+
+def _bpf(cmd: int, attr: _MapElemAttr) -> int:
+    result = _libc.syscall(_numbers()[0], cmd, ctypes.byref(attr), ctypes.sizeof(attr))
+    if result < 0:
+        code = ctypes.get_errno()
+        raise BpfError(code, os.strerror(code))
+    return int(result)
+
+
+def _address(buffer: ctypes.Array[ctypes.c_char]) -> int:
+    return ctypes.addressof(buffer)
+
+
+def lookup(map_fd: int, key: bytes, value_size: int) -> bytes | None:
+    """The value under `key`, or None if absent. `value_size` is the whole value: for a
+    per-CPU map, the per-CPU size rounded up to 8 times the number of possible CPUs."""
+    key_buffer = ctypes.create_string_buffer(key, len(key))
+    value_buffer = ctypes.create_string_buffer(value_size)
+    attr = _MapElemAttr(map_fd, 0, _address(key_buffer), _address(value_buffer), 0)
+    try:
+        _bpf(BPF_MAP_LOOKUP_ELEM, attr)
+    except BpfError as error:
+        if error.errno == errno.ENOENT:
+            return None
+        raise
+    return value_buffer.raw
+
+
+def update(map_fd: int, key: bytes, value: bytes) -> None:
+    key_buffer = ctypes.create_string_buffer(key, len(key))
+    value_buffer = ctypes.create_string_buffer(value, len(value))
+    _bpf(
+        BPF_MAP_UPDATE_ELEM,
+        _MapElemAttr(map_fd, 0, _address(key_buffer), _address(value_buffer), 0),
+    )
+
+
+def delete(map_fd: int, key: bytes) -> bool:
+    """False if the key was not there."""
+    key_buffer = ctypes.create_string_buffer(key, len(key))
+    try:
+        _bpf(BPF_MAP_DELETE_ELEM, _MapElemAttr(map_fd, 0, _address(key_buffer), 0, 0))
+    except BpfError as error:
+        if error.errno == errno.ENOENT:
+            return False
+        raise
+    return True
+
+
+def keys(map_fd: int, key_size: int) -> Iterator[bytes]:
+    """Every key of a hash map (a snapshot as the kernel walks it; do not delete while
+    iterating — collect the keys first)."""
+    current: ctypes.Array[ctypes.c_char] | None = None
+    while True:
+        following = ctypes.create_string_buffer(key_size)
+        attr = _MapElemAttr(
+            map_fd, 0, _address(current) if current is not None else 0, _address(following), 0
+        )
+        try:
+            _bpf(BPF_MAP_GET_NEXT_KEY, attr)
+        except BpfError as error:
+            if error.errno == errno.ENOENT:
+                return
+            raise
+        yield following.raw
+        current = following
+
+
+def possible_cpus() -> int:
+    """How many values a per-CPU map holds per key (/sys/devices/system/cpu/possible)."""
+    with open("/sys/devices/system/cpu/possible", encoding="ascii") as possible:
+        text = possible.read().strip()
+    count = 0
+    for part in text.split(","):
+        low, _, high = part.partition("-")
+        count = max(count, int(high or low) + 1)
+    return count
+
+
+# --- uprobes through the perf uprobe PMU ----------------------------------------------------
+
+
+class _PerfEventAttr(ctypes.Structure):
+    _fields_ = [
+        ("type", ctypes.c_uint32),
+        ("size", ctypes.c_uint32),
+        ("config", ctypes.c_uint64),
+        ("sample_period", ctypes.c_uint64),
+        ("sample_type", ctypes.c_uint64),
+        ("read_format", ctypes.c_uint64),
+        ("flags", ctypes.c_uint64),
+        ("wakeup_events", ctypes.c_uint32),
+        ("bp_type", ctypes.c_uint32),
+        ("config1", ctypes.c_uint64),  # uprobe_path
+        ("config2", ctypes.c_uint64),  # probe_offset
+        ("padding", ctypes.c_uint8 * 64),  # later fields, zero
+    ]
+
+
+def _uprobe_pmu() -> tuple[int, int]:
+    """(PMU type, the config bit that makes it a return probe)."""
+    with open(os.path.join(UPROBE_PMU, "type"), encoding="ascii") as type_file:
+        pmu_type = int(type_file.read())
+    with open(os.path.join(UPROBE_PMU, "format", "retprobe"), encoding="ascii") as fmt:
+        bit = int(fmt.read().strip().split(":")[1])  # "config:0"
+    return pmu_type, bit
+
+
+def attach_uprobe(prog_fd: int, path: str, offset: int, *, retprobe: bool = False) -> int:
+    """Attach the loaded program to `path` at file `offset` (entry, or return with
+    `retprobe`) in every process; returns the perf event fd — close it to detach."""
+    pmu_type, retprobe_bit = _uprobe_pmu()
+    path_buffer = ctypes.create_string_buffer(os.fsencode(path))
+    attr = _PerfEventAttr()
+    attr.type = pmu_type
+    attr.size = ctypes.sizeof(_PerfEventAttr)
+    attr.config = (1 << retprobe_bit) if retprobe else 0
+    attr.sample_period = 1
+    attr.wakeup_events = 1
+    attr.config1 = ctypes.addressof(path_buffer)
+    attr.config2 = offset
+    # pid -1, cpu 0: every process; an attached BPF program runs on every CPU regardless.
+    fd = _libc.syscall(_numbers()[1], ctypes.byref(attr), -1, 0, -1, PERF_FLAG_FD_CLOEXEC)
+    if fd < 0:
+        code = ctypes.get_errno()
+        raise BpfError(code, f"perf_event_open uprobe {path}+{offset:#x}: {os.strerror(code)}")
+    try:
+        fcntl.ioctl(fd, PERF_EVENT_IOC_SET_BPF, prog_fd)
+        fcntl.ioctl(fd, PERF_EVENT_IOC_ENABLE, 0)
+    except OSError:
+        os.close(fd)
+        raise
+    return int(fd)
+
+
+# --- ELF symbols ----------------------------------------------------------------------------
+
+_SHT_SYMTAB = 2
+_SHT_DYNSYM = 11
+_STT_FUNC = 2
+_STT_GNU_IFUNC = 10
+_PT_LOAD = 1
+
+
+def function_offsets(path: str, names: set[str]) -> dict[str, int]:
+    """name → file offset of each of `names` defined as a function in the ELF file at `path`
+    (from .dynsym and, when present, .symtab): where a uprobe on that function goes."""
+    with open(path, "rb") as elf:
+        data = elf.read()
+    if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
+        raise ValueError(f"{path}: not a 64-bit little-endian ELF file")
+    (phoff, shoff) = struct.unpack_from("<QQ", data, 0x20)
+    (phentsize, phnum, shentsize, shnum) = struct.unpack_from("<HHHH", data, 0x36)
+    loads = []
+    for i in range(phnum):
+        p_type, _flags, p_offset, p_vaddr, _paddr, _filesz, p_memsz, _align = struct.unpack_from(
+            "<IIQQQQQQ", data, phoff + i * phentsize
+        )
+        if p_type == _PT_LOAD:
+            loads.append((p_vaddr, p_memsz, p_offset))
+    sections = [
+        struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)
+    ]
+    found: dict[str, int] = {}
+    for _name, sh_type, _f, _a, sh_offset, sh_size, sh_link, _i, _al, sh_entsize in sections:
+        if sh_type not in (_SHT_DYNSYM, _SHT_SYMTAB) or not sh_entsize:
+            continue
+        strtab_offset = sections[sh_link][4]
+        for index in range(sh_size // sh_entsize):
+            st_name, st_info, _other, st_shndx, st_value, _size = struct.unpack_from(
+                "<IBBHQQ", data, sh_offset + index * sh_entsize
+            )
+            if st_info & 0xF not in (_STT_FUNC, _STT_GNU_IFUNC) or st_shndx == 0 or not st_value:
+                continue
+            end = data.index(b"\0", strtab_offset + st_name)
+            name = data[strtab_offset + st_name : end].decode("ascii", "replace")
+            if name not in names or name in found:
+                continue
+            for vaddr, memsz, offset in loads:
+                if vaddr <= st_value < vaddr + memsz:
+                    found[name] = st_value - vaddr + offset
+                    break
+    return found

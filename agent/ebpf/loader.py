@@ -1,0 +1,138 @@
+"""Compile and load probes.c in a short-lived child process; hand the agent the fds.
+
+bcc's LLVM costs ~64 MiB of RSS to import and ~135 MiB after a compile, which would stay in
+the long-running agent. Instead `load_in_child()` runs this module as a child process that
+imports bcc, compiles and loads the program, and sends the loaded programs' and maps' file
+descriptors back over a Unix socket (SCM_RIGHTS); the child then exits, and the kernel objects
+live on through the agent's descriptors. The agent reads the maps and attaches probes with
+plain syscalls (agent.ebpf.bpfsys).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+from agent.ebpf.calls import PROBES, cflags
+
+MAP_NAMES: tuple[str, ...] = ("stats", "control", "last_launch", "inflight", "group_state")
+PROGRAM_NAMES: tuple[str, ...] = tuple(
+    sorted({f for probes in PROBES.values() for p in probes for f in (p.entry, p.exit) if f})
+)
+_MAX_MESSAGE = 1 << 16
+
+
+def probes_source() -> str:
+    """The BPF C program (package data, so it also works from a zipapp)."""
+    return resources.files("agent.ebpf").joinpath("probes.c").read_text(encoding="utf-8")
+
+
+def compile_with_bcc(bcc: Any | None = None) -> Any:
+    """Compile and load probes.c with bcc in this process; raises (bcc's plain Exception)
+    when the kernel refuses."""
+    if bcc is None:
+        from agent.ebpf._bcc import import_bcc
+
+        bcc = import_bcc()
+    return bcc.BPF(text=probes_source().encode(), cflags=cflags())
+
+
+@dataclass
+class LoadedProgram:
+    """The probe programs and maps, as file descriptors this process owns."""
+
+    programs: dict[str, int] = field(default_factory=dict)
+    maps: dict[str, int] = field(default_factory=dict)
+
+    def close(self) -> None:
+        for fd in [*self.programs.values(), *self.maps.values()]:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self.programs.clear()
+        self.maps.clear()
+
+
+def load_in_child(timeout_s: float = 180.0) -> LoadedProgram:
+    """Compile and load in a child process; raises RuntimeError saying why not."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    env = dict(os.environ)
+    # The child must import this package however the agent was started (venv, zipapp).
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    try:
+        child = subprocess.Popen(
+            [sys.executable, "-m", "agent.ebpf.loader", str(theirs.fileno())],
+            pass_fds=[theirs.fileno()],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            env=env,
+        )
+    finally:
+        theirs.close()
+    fds: list[int] = []
+    try:
+        ours.settimeout(timeout_s)
+        message, fds, _flags, _address = socket.recv_fds(ours, _MAX_MESSAGE, 64)
+        _out, err = child.communicate(timeout=timeout_s)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        child.kill()
+        child.wait()
+        for fd in fds:
+            os.close(fd)
+        raise RuntimeError(f"the BPF loader process failed: {error}") from error
+    finally:
+        ours.close()
+    stderr_tail = " | ".join(err.decode("utf-8", "replace").strip().splitlines()[-3:])
+    try:
+        meta = json.loads(message.decode()) if message else {}
+    except ValueError:
+        meta = {}
+    if "error" in meta or child.returncode != 0 or not meta:
+        for fd in fds:
+            os.close(fd)
+        reason = meta.get("error") or f"loader exited with status {child.returncode}"
+        raise RuntimeError(f"{reason}" + (f" [{stderr_tail}]" if stderr_tail else ""))
+    names = meta["programs"] + meta["maps"]
+    if len(names) != len(fds):
+        for fd in fds:
+            os.close(fd)
+        raise RuntimeError(f"the BPF loader sent {len(fds)} descriptors for {len(names)} names")
+    loaded = LoadedProgram()
+    for name, fd in zip(meta["programs"], fds, strict=False):
+        loaded.programs[name] = fd
+    for name, fd in zip(meta["maps"], fds[len(meta["programs"]) :], strict=True):
+        loaded.maps[name] = fd
+    return loaded
+
+
+def _child_main(sock_fd: int) -> int:
+    sock = socket.socket(fileno=sock_fd)
+    try:
+        from agent.ebpf._bcc import import_bcc, load_failure_hints
+
+        try:
+            bcc = import_bcc()
+            bpf = compile_with_bcc(bcc)
+            programs = {n: bpf.load_func(n.encode(), bcc.BPF.KPROBE).fd for n in PROGRAM_NAMES}
+            maps = {n: bpf[n.encode()].map_fd for n in MAP_NAMES}
+        except Exception as error:
+            hints = load_failure_hints()
+            reason = f"{error}" + (f" ({hints})" if hints else "")
+            sock.sendall(json.dumps({"error": reason}).encode())
+            return 1
+        meta = {"programs": list(programs), "maps": list(maps)}
+        socket.send_fds(sock, [json.dumps(meta).encode()], [*programs.values(), *maps.values()])
+        return 0
+    finally:
+        sock.close()
+
+
+if __name__ == "__main__":
+    sys.exit(_child_main(int(sys.argv[1])))
