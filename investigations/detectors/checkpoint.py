@@ -169,7 +169,11 @@ def detect_checkpoint_stall(w: JobWindow) -> list[Finding]:
                 d = np.diff(s.values[keep])
                 rates.append(float(d[d > 0].sum()) / max(sb - sa, w.dt))
     rate = float(np.median(rates)) if rates else float("nan")
-    errors = [e for e in w.events if e.name not in (signals.EVENT_THROTTLE,)]
+    errors = [
+        e
+        for e in w.events
+        if e.name != signals.EVENT_THROTTLE and stalls[0][0] <= e.ts <= stalls[-1][1]
+    ]
     first_a, first_b = stalls[0][0], stalls[0][1]
     last_b = stalls[-1][1]
     f = Finding(
@@ -229,10 +233,11 @@ def detect_checkpoint_stall(w: JobWindow) -> list[Finding]:
         )
     e_err = f.add(
         "events",
-        (w.t0, w.t1),
+        (first_a, last_b),
         len(errors),
         0,
-        "hardware/link events on the job's nodes in the window (the stall is not an error)",
+        "hardware/link events on the job's nodes while the saves stalled (none: the storage is "
+        "slow, not failing)",
     )
     f.summary = (
         f"{len(stalls)} checkpoint save(s) froze all {w.world} ranks for "

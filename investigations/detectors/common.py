@@ -78,13 +78,20 @@ def change_point(x: np.ndarray) -> int:
     return int(np.argmax(score)) + 1
 
 
+# A change point marks an onset only if the level at least doubles across it: fluctuations of
+# a condition present all along (an imbalance that varies with the data) also have a "most
+# likely" change point, but not a doubling.
+ONSET_MIN_RATIO = 2.0
+
+
 def shift_start(x: np.ndarray, min_len: int = MIN_SAMPLES) -> int:
-    """Start of the segment where x is raised: the change point if the later part is higher,
-    else 0 (raised from the beginning)."""
+    """Start of the segment where x is raised: the change point if the level after it is at
+    least twice the level before, else 0 (raised from the beginning, or no onset)."""
     k = change_point(x)
     if k <= 0 or k >= len(x) or len(x) - k < min_len:
         return 0
-    return k if x[k:].mean() > x[:k].mean() else 0
+    before, after = float(x[:k].mean()), float(x[k:].mean())
+    return k if after > 0 and before <= after / ONSET_MIN_RATIO else 0
 
 
 def block_tstat(x: np.ndarray, block: int = 10) -> float:
