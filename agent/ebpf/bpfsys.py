@@ -240,3 +240,83 @@ def function_offsets(path: str, names: set[str]) -> dict[str, int]:
                     found[name] = st_value - vaddr + offset
                     break
     return found
+
+
+# --- tracepoints and BPF ring buffers -------------------------------------------------------
+
+PERF_TYPE_TRACEPOINT = 2
+TRACEFS_EVENTS = ("/sys/kernel/tracing/events", "/sys/kernel/debug/tracing/events")
+
+
+def attach_tracepoint(prog_fd: int, category: str, name: str) -> int:
+    """Attach a loaded tracepoint program to `category:name`; returns the perf event fd."""
+    for root in TRACEFS_EVENTS:
+        id_path = os.path.join(root, category, name, "id")
+        if os.path.exists(id_path):
+            with open(id_path, encoding="ascii") as id_file:
+                tracepoint_id = int(id_file.read())
+            break
+    else:
+        raise BpfError(errno.ENOENT, f"no tracepoint {category}:{name} (is tracefs mounted?)")
+    attr = _PerfEventAttr()
+    attr.type = PERF_TYPE_TRACEPOINT
+    attr.size = ctypes.sizeof(_PerfEventAttr)
+    attr.config = tracepoint_id
+    attr.sample_period = 1
+    attr.wakeup_events = 1
+    fd = _libc.syscall(_numbers()[1], ctypes.byref(attr), -1, 0, -1, PERF_FLAG_FD_CLOEXEC)
+    if fd < 0:
+        code = ctypes.get_errno()
+        raise BpfError(code, f"perf_event_open {category}:{name}: {os.strerror(code)}")
+    try:
+        fcntl.ioctl(fd, PERF_EVENT_IOC_SET_BPF, prog_fd)
+        fcntl.ioctl(fd, PERF_EVENT_IOC_ENABLE, 0)
+    except OSError:
+        os.close(fd)
+        raise
+    return int(fd)
+
+
+class RingBuffer:
+    """The consumer side of a BPF_MAP_TYPE_RINGBUF map, through mmap (as libbpf does it):
+    page 0 holds the consumer position (ours to write), then the producer position page and
+    the data area, mapped twice back to back so a record that wraps reads straight through."""
+
+    _BUSY = 1 << 31
+    _DISCARD = 1 << 30
+    _HEADER = 8
+
+    def __init__(self, map_fd: int, data_size: int) -> None:
+        import mmap
+
+        self.page = mmap.PAGESIZE
+        self.mask = data_size - 1
+        self.consumer = mmap.mmap(
+            map_fd, self.page, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE
+        )
+        self.producer = mmap.mmap(
+            map_fd, self.page + 2 * data_size, mmap.MAP_SHARED, mmap.PROT_READ, offset=self.page
+        )
+
+    def consume(self) -> Iterator[bytes]:
+        """Every record committed since the last call, oldest first."""
+        (consumer_pos,) = struct.unpack_from("<Q", self.consumer, 0)
+        (producer_pos,) = struct.unpack_from("<Q", self.producer, 0)
+        while consumer_pos < producer_pos:
+            at = self.page + (consumer_pos & self.mask)
+            (length,) = struct.unpack_from("<I", self.producer, at)
+            if length & self._BUSY:
+                break  # reserved, not yet submitted: next time
+            size = length & ~(self._BUSY | self._DISCARD)
+            record = None
+            if not length & self._DISCARD:
+                record = bytes(self.producer[at + self._HEADER : at + self._HEADER + size])
+            consumer_pos += (size + self._HEADER + 7) & ~7
+            # Copied out: give the space back to the producer before handing the record on.
+            struct.pack_into("<Q", self.consumer, 0, consumer_pos)
+            if record is not None:
+                yield record
+
+    def close(self) -> None:
+        self.consumer.close()
+        self.producer.close()

@@ -26,6 +26,24 @@ MAP_NAMES: tuple[str, ...] = ("stats", "control", "last_launch", "inflight", "gr
 PROGRAM_NAMES: tuple[str, ...] = tuple(
     sorted({f for probes in PROBES.values() for p in probes for f in (p.entry, p.exit) if f})
 )
+WRITE_PROGRAM = "tracepoint__syscalls__sys_enter_write"  # what TRACEPOINT_PROBE names it
+
+
+@dataclass(frozen=True)
+class ProgramSpec:
+    """A BPF C file of this package, the functions to load from it and the maps to hand on."""
+
+    source: str
+    programs: tuple[tuple[str, str], ...]  # (function, "kprobe" | "tracepoint")
+    maps: tuple[str, ...]
+
+
+SPECS: dict[str, ProgramSpec] = {
+    "probes": ProgramSpec("probes.c", tuple((n, "kprobe") for n in PROGRAM_NAMES), MAP_NAMES),
+    "writes": ProgramSpec(
+        "writes.c", ((WRITE_PROGRAM, "tracepoint"),), ("tracked", "events", "dropped")
+    ),
+}
 _MAX_MESSAGE = 1 << 16
 
 
@@ -59,15 +77,24 @@ class LoadedProgram:
         self.maps.clear()
 
 
-def load_in_child(timeout_s: float = 180.0) -> LoadedProgram:
-    """Compile and load in a child process; raises RuntimeError saying why not."""
+def load_in_child(
+    spec: str = "probes", extra_cflags: list[str] | None = None, timeout_s: float = 180.0
+) -> LoadedProgram:
+    """Compile and load SPECS[spec] in a child process; raises RuntimeError saying why not."""
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     env = dict(os.environ)
     # The child must import this package however the agent was started (venv, zipapp).
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
     try:
         child = subprocess.Popen(
-            [sys.executable, "-m", "agent.ebpf.loader", str(theirs.fileno())],
+            [
+                sys.executable,
+                "-m",
+                "agent.ebpf.loader",
+                str(theirs.fileno()),
+                spec,
+                json.dumps(extra_cflags or []),
+            ],
             pass_fds=[theirs.fileno()],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
@@ -112,16 +139,20 @@ def load_in_child(timeout_s: float = 180.0) -> LoadedProgram:
     return loaded
 
 
-def _child_main(sock_fd: int) -> int:
+def _child_main(sock_fd: int, spec_name: str, extra_cflags: list[str]) -> int:
     sock = socket.socket(fileno=sock_fd)
     try:
         from agent.ebpf._bcc import import_bcc, load_failure_hints
 
         try:
+            spec = SPECS[spec_name]
             bcc = import_bcc()
-            bpf = compile_with_bcc(bcc)
-            programs = {n: bpf.load_func(n.encode(), bcc.BPF.KPROBE).fd for n in PROGRAM_NAMES}
-            maps = {n: bpf[n.encode()].map_fd for n in MAP_NAMES}
+            source = resources.files("agent.ebpf").joinpath(spec.source).read_text("utf-8")
+            flags = (cflags() if spec_name == "probes" else []) + extra_cflags
+            bpf = bcc.BPF(text=source.encode(), cflags=flags)
+            kinds = {"kprobe": bcc.BPF.KPROBE, "tracepoint": bcc.BPF.TRACEPOINT}
+            programs = {n: bpf.load_func(n.encode(), kinds[k]).fd for n, k in spec.programs}
+            maps = {n: bpf[n.encode()].map_fd for n in spec.maps}
         except Exception as error:
             hints = load_failure_hints()
             reason = f"{error}" + (f" ({hints})" if hints else "")
@@ -135,4 +166,4 @@ def _child_main(sock_fd: int) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(_child_main(int(sys.argv[1])))
+    sys.exit(_child_main(int(sys.argv[1]), sys.argv[2], json.loads(sys.argv[3])))

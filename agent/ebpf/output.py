@@ -11,24 +11,26 @@ found mapping libcuda (`EbpfCollector.cuda_pids`). Lines end at "\\n" or "\\r" (
 rewrite one line with "\\r"; each rewrite is a line). A write longer than `capture_bytes` is
 cut: its last, cut line carries `"truncated": true`. Writes lost to a full ring buffer are
 counted and reported as one `collector_error` event per interval that lost any.
+
+Like the probes, the program is compiled in a child process (agent.ebpf.loader); this process
+attaches it to the tracepoint and reads the ring buffer through mmap (agent.ebpf.bpfsys).
 """
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import logging
+import mmap
 import os
 import socket
+import struct
 import time
 from collections.abc import Callable, Iterable
-from importlib import resources
-from typing import Any
+from dataclasses import dataclass
 
 from agent import signals
 from agent.collectors._common import Record, WarnOnce
-from agent.ebpf import discovery
-from agent.ebpf._bcc import import_bcc, load_failure_hints
+from agent.ebpf import bpfsys, discovery
+from agent.ebpf.loader import WRITE_PROGRAM, LoadedProgram, load_in_child
 
 log = logging.getLogger(__name__)
 
@@ -38,22 +40,44 @@ DEFAULT_RING_PAGES = 256  # x 4 KiB = 1 MiB of writes buffered between two inter
 MAX_LINE_BYTES = 64 * 1024  # a "line" longer than this without a newline is cut here
 
 
-def writes_source() -> str:
-    return resources.files("agent.ebpf").joinpath("writes.c").read_text(encoding="utf-8")
+# struct write_event in writes.c: ts, pid, fd, len, captured, then the data
+_EVENT_HEADER = struct.Struct("<QIIII")
+_U32 = struct.Struct("<I")
+_U64 = struct.Struct("<Q")
+
+
+@dataclass
+class WriteCaptureProgram:
+    loaded: LoadedProgram
+    ring: bpfsys.RingBuffer
+    attachment: int  # the tracepoint's perf event fd
+
+    def close(self) -> None:
+        os.close(self.attachment)
+        self.ring.close()
+        self.loaded.close()
 
 
 def load_write_capture(
     capture_bytes: int = DEFAULT_CAPTURE_BYTES, ring_pages: int = DEFAULT_RING_PAGES
-) -> Any:
+) -> WriteCaptureProgram:
+    """Compile and load writes.c (in a child process, like the probes) and attach it."""
     if capture_bytes <= 0 or capture_bytes & (capture_bytes - 1):
         raise ValueError(f"capture_bytes must be a power of two, not {capture_bytes}")
     if ring_pages <= 0 or ring_pages & (ring_pages - 1):
         raise ValueError(f"ring_pages must be a power of two, not {ring_pages}")
-    bcc = import_bcc()
-    return bcc.BPF(
-        text=writes_source().encode(),
-        cflags=[f"-DCAPTURE_BYTES={capture_bytes}", f"-DRING_PAGES={ring_pages}"],
+    loaded = load_in_child(
+        "writes", [f"-DCAPTURE_BYTES={capture_bytes}", f"-DRING_PAGES={ring_pages}"]
     )
+    try:
+        ring = bpfsys.RingBuffer(loaded.maps["events"], ring_pages * mmap.PAGESIZE)
+        attachment = bpfsys.attach_tracepoint(
+            loaded.programs[WRITE_PROGRAM], "syscalls", "sys_enter_write"
+        )
+    except Exception:
+        loaded.close()
+        raise
+    return WriteCaptureProgram(loaded, ring, attachment)
 
 
 class OutputCapture:
@@ -71,7 +95,7 @@ class OutputCapture:
         ring_pages: int = DEFAULT_RING_PAGES,
         wall_clock: Callable[[], float] = time.time,
         monotonic_ns: Callable[[], int] = time.monotonic_ns,
-        bpf_loader: Callable[[], Any] | None = None,
+        bpf_loader: Callable[[], WriteCaptureProgram] | None = None,
     ) -> None:
         self.pid_source = pid_source
         self.node = node or socket.gethostname()
@@ -82,7 +106,7 @@ class OutputCapture:
         self.bpf_loader = bpf_loader or (lambda: load_write_capture(capture_bytes, ring_pages))
         self.available: bool | None = None
         self.unavailable_reason: str | None = None
-        self._bpf: Any = None
+        self._bpf: WriteCaptureProgram | None = None
         self._tracked: set[int] = set()
         # (pid, fd) -> (ts of the first write of the pending text, pending bytes)
         self._partial: dict[tuple[int, int], tuple[float, bytes]] = {}
@@ -96,13 +120,9 @@ class OutputCapture:
             return self.available
         try:
             self._bpf = self.bpf_loader()
-            self._bpf[b"events"].open_ring_buffer(self._on_event)
-        except Exception as error:  # bcc raises plain Exception for compile/load refusals
+        except Exception as error:  # the loader says why (compile error, privileges, …)
             self.available = False
-            hints = load_failure_hints()
-            self.unavailable_reason = f"BPF programs cannot be loaded: {error}" + (
-                f" ({hints})" if hints else ""
-            )
+            self.unavailable_reason = f"BPF programs cannot be loaded: {error}"
             log.warning("ebpf output capture disabled: %s", self.unavailable_reason)
             self._bpf = None
             return False
@@ -111,7 +131,7 @@ class OutputCapture:
 
     def close(self) -> None:
         if self._bpf is not None:
-            self._bpf.cleanup()
+            self._bpf.close()
             self._bpf = None
         self.available = None
 
@@ -127,7 +147,9 @@ class OutputCapture:
             return []
         try:
             self._to_wall_s = self.wall_clock() - self.monotonic_ns() / 1e9
-            self._bpf.ring_buffer_consume()
+            assert self._bpf is not None
+            for event in self._bpf.ring.consume():
+                self._take(event)
             self._sync_tracked(now)
             records, self._records = self._records, []
             dropped = self._dropped()
@@ -152,12 +174,12 @@ class OutputCapture:
     def _sync_tracked(self, now: float) -> None:
         # Never the agent itself: its own logging would feed back into what it captures.
         wanted = {int(pid) for pid in self.pid_source()} - {os.getpid()}
-        table = self._bpf[b"tracked"]
+        assert self._bpf is not None
+        table = self._bpf.loaded.maps["tracked"]
         for pid in wanted - self._tracked:
-            table[ctypes.c_uint32(pid)] = ctypes.c_uint8(1)
+            bpfsys.update(table, _U32.pack(pid), b"\x01")
         for pid in self._tracked - wanted:
-            with contextlib.suppress(KeyError):
-                del table[ctypes.c_uint32(pid)]
+            bpfsys.delete(table, _U32.pack(pid))
         self._tracked = wanted
         # What a process left without a newline is a line once it stops being tracked or exits.
         for pid, fd in list(self._partial):
@@ -166,25 +188,16 @@ class OutputCapture:
                 self._emit(pid, fd, min(ts, now), pending, truncated=False)
 
     def _dropped(self) -> int:
-        values = self._bpf[b"dropped"]
-        return int(values[ctypes.c_int(0)].value)
+        assert self._bpf is not None
+        raw = bpfsys.lookup(self._bpf.loaded.maps["dropped"], _U32.pack(0), _U64.size)
+        return _U64.unpack(raw)[0] if raw else 0
 
-    def _on_event(self, _ctx: Any, data: Any, _size: int) -> None:
-        # Called by bcc from C: an exception here would be printed and lost, so log it once.
-        try:
-            self._take(data)
-        except Exception as error:
-            self._warn.fail("event", "ebpf output capture: bad event: %s", error)
-
-    def _take(self, data: Any) -> None:
-        event = self._bpf[b"events"].event(data)
-        pid, fd = int(event.pid), int(event.fd)
-        ts = event.ts / 1e9 + self._to_wall_s
-        captured = min(int(event.captured), self.capture_bytes)
-        # Not event.data: ctypes turns a char array into bytes cut at the first NUL.
-        address = data if isinstance(data, int) else ctypes.cast(data, ctypes.c_void_p).value
-        chunk = ctypes.string_at(address + type(event).data.offset, captured)
-        cut = int(event.len) > captured
+    def _take(self, event: bytes) -> None:
+        ts_ns, pid, fd, length, captured = _EVENT_HEADER.unpack_from(event)
+        ts = ts_ns / 1e9 + self._to_wall_s
+        captured = min(captured, self.capture_bytes)
+        chunk = event[_EVENT_HEADER.size : _EVENT_HEADER.size + captured]
+        cut = length > captured
         start_ts, pending = self._partial.pop((pid, fd), (ts, b""))
         text = pending + chunk
         pieces = text.replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n")
