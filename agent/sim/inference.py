@@ -429,7 +429,7 @@ def _startup_logs(
     ]
     for ts, pid, proc, src, msg in sorted(lines, key=lambda x: x[0]):
         _log(run, max(ts, t0), node, pid, dep.job, _line(dep, pid, proc, ts, src, msg))
-    _log(run, t1 - 0.2, node, api_pid, dep.job, "INFO:     Application startup complete.")
+    _log(run, max(t1 - 0.2, t0), node, api_pid, dep.job, "INFO:     Application startup complete.")
 
 
 def _stats_logs(

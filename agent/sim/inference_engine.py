@@ -312,6 +312,11 @@ def simulate_engine(
     decoding at step `d0` with `gen0` tokens has generated `gen0 + D - d0` — and the batch's
     context and KV size are kept as per-server sums, so a tick costs O(servers) otherwise.
     """
+    if int(duration_s) < 1 or not workloads:
+        raise ValueError(
+            f"simulate_engine needs at least one server and one second, got "
+            f"{len(workloads)} servers for {duration_s} s"
+        )
     step = StepModel.of(cfg)
     n_srv, slots, bs = len(workloads), cfg.max_num_seqs, cfg.block_size
     n_ticks = int(duration_s) * SUBSTEPS_PER_S

@@ -283,6 +283,8 @@ def plan(ctx: ScenarioContext, kind: str) -> tuple[Deployment, Workload]:
     launch = int(rng.uniform(0, 0.05) * duration)
     ready = min(launch + int(rng.uniform(40, 150)), launch + int(0.15 * duration))
     ready = max(ready, launch + 1)
+    ready = min(ready, duration - 1)  # at least one second of serving, however short the run
+    launch = min(launch, ready)
     caching = kind != "underfilled"
     if kind == "saturated":
         caching = bool(rng.random() < 0.6)

@@ -345,3 +345,18 @@ def test_caller_fixes_nodes_and_gpus() -> None:
     assert len(job["nodes"]) == 2 and job["world_size"] == 8
     gpus = {i["gpu"] for i, _ in run.series(signals.DCGM_FI_DEV_POWER_USAGE)}
     assert len(gpus) == 8
+
+
+@pytest.mark.parametrize("duration", [1.0, 3.0, 90.0])
+def test_short_runs_stay_inside_the_window(duration: float) -> None:
+    for name in INFERENCE:
+        run = simulate(name, seed=2, duration_s=duration)
+        ts = [r["ts"] for r in run.discrete]
+        assert run.start_ts <= min(ts) and max(ts) < run.start_ts + duration
+        assert _series(run, signals.VLLM_NUM_REQUESTS_RUNNING)  # at least one scrape
+
+
+def test_engine_rejects_an_empty_run() -> None:
+    cfg = EngineConfig(LLAMA_8B, H100_SXM, 1, 64, 8192, True)
+    with pytest.raises(ValueError, match="at least one server and one second"):
+        simulate_engine(cfg, [_workload(1.0)], 0, np.random.default_rng(1))
