@@ -14,7 +14,9 @@ import numpy as np
 
 from agent import signals
 from agent.sim.hardware import (
+    A100_SXM,
     H100_SXM,
+    H200_SXM,
     GpuActivity,
     GpuFaults,
     GpuSpec,
@@ -257,7 +259,10 @@ def make_fleet(
             )
         )
     local_path, local_fs = _LOCAL_MOUNTS[int(rng.integers(len(_LOCAL_MOUNTS)))]
+    # Mostly H100s; some fleets are H200 or A100: no detector may rely on one GPU's numbers.
+    spec = (H100_SXM, H200_SXM, A100_SXM)[int(rng.choice(3, p=[0.7, 0.15, 0.15]))]
     return Fleet(
+        spec=spec,
         seed=seed,
         n_samples=n_samples,
         interval_s=interval_s,

@@ -61,6 +61,11 @@ class GpuSpec:
     nvlinks: int = 18
     slowdown_temp_c: float = 87.0
     shutdown_temp_c: float = 92.0
+    bf16_flops: float = 989e12  # dense peak, for MFU
+
+    @property
+    def fb_usable_mib(self) -> int:
+        return self.fb_total_mib - self.fb_reserved_mib
 
     def pcie_bandwidth_ratio(self, gen: np.ndarray, width: np.ndarray) -> np.ndarray:
         """Link bandwidth relative to this GPU's full gen×width."""
@@ -69,6 +74,31 @@ class GpuSpec:
 
 
 H100_SXM = GpuSpec()
+H200_SXM = GpuSpec(name="NVIDIA H200", fb_total_mib=143771, idle_w=75.0)
+A100_SXM = GpuSpec(
+    name="NVIDIA A100-SXM4-80GB",
+    fb_total_mib=81920,
+    fb_reserved_mib=560,
+    tdp_w=400.0,
+    min_power_limit_w=100.0,
+    idle_w=55.0,
+    context_w=26.0,
+    sm_clock_max_mhz=1410,
+    sm_clock_idle_mhz=210,
+    pcie_gen=4,
+    nvlinks=12,
+    slowdown_temp_c=85.0,
+    bf16_flops=312e12,
+)
+GPU_MODELS: tuple[GpuSpec, ...] = (H100_SXM, H200_SXM, A100_SXM)
+
+
+def spec_named(name: str) -> GpuSpec:
+    """The spec whose `name` (what NVML reports, and `meta.gpu_model`) is `name`."""
+    for spec in GPU_MODELS:
+        if spec.name == name:
+            return spec
+    raise KeyError(f"unknown GPU model {name!r}; known: {[s.name for s in GPU_MODELS]}")
 
 
 def gpu_uuid(seed: int, node: str, gpu_index: int) -> str:

@@ -24,7 +24,6 @@ _BUSBW_NVLINK = 360e9
 # identity on their GPUs' samples) begin only once the process has been seen.
 _PROC_SEEN_S = 0.8
 _BUSBW_IB = 42e9
-_H100_BF16_FLOPS = 989e12
 _MODELS = (
     ("llama-1b", 1.2),
     ("gpt3-1.3b", 1.3),
@@ -152,7 +151,7 @@ def draw_plan(
     world = len(node_ids) * fleet.gpus_per_node
     mfu = rng.uniform(0.32, 0.52)
     # Model FLOPs per step fix the tokens per step (6·P·tokens at the drawn MFU and step time).
-    tokens = mfu * _H100_BF16_FLOPS * world * step / (6 * params_b * 1e9)
+    tokens = mfu * fleet.spec.bf16_flops * world * step / (6 * params_b * 1e9)
     seq_len = int(rng.choice([2048, 4096, 8192]))
     global_batch = max(1, round(tokens / seq_len))
     tensor = rng.uniform(0.38, 0.68)
@@ -192,7 +191,7 @@ def draw_plan(
             float(tensor),
             float(rng.uniform(0.25, 0.5)),
         ),
-        fb_used_mib=float(rng.uniform(42000, 76000)),
+        fb_used_mib=float(rng.uniform(0.52, 0.94) * fleet.spec.fb_usable_mib),
         precision=str(rng.choice(["bf16", "bf16", "bf16", "fp8", "fp8", "fp16"])),
         seq_len=seq_len,
         global_batch=global_batch,

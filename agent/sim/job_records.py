@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from agent.sim.fleet import Fleet
-from agent.sim.job import _CMDS, _H100_BF16_FLOPS, JobPlan, JobResult, _worker_spawn_t
+from agent.sim.job import _CMDS, JobPlan, JobResult, _worker_spawn_t
 from agent.sim.logs import (
     NanoGPT,
     StepLog,
@@ -254,7 +254,7 @@ def emit_records(
             step_time_s=mean_dt,
             tflops_per_gpu=tflops,
             tokens_per_s_per_gpu=plan.tokens_per_step / (mean_dt * W),
-            mfu=tflops * 1e12 / _H100_BF16_FLOPS,
+            mfu=tflops * 1e12 / fleet.spec.bf16_flops,
             global_batch=plan.global_batch,
             seq_len=plan.seq_len,
             loss_scale=loss_scale,
@@ -262,7 +262,7 @@ def emit_records(
             nan_iters=nan_iters,
             epoch=step * plan.global_batch / plan.samples_per_epoch,
             mem_gib=plan.fb_used_mib / 1024 * 0.85,
-            mem_pct=plan.fb_used_mib / 1024 * 0.85 / 79.1 * 100,
+            mem_pct=plan.fb_used_mib * 0.85 / fleet.spec.fb_total_mib * 100,
         )
         for ts, line in fmt.step(sl_log):
             log(ts, line)

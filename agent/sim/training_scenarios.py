@@ -478,7 +478,8 @@ def slow_rank(ctx: ScenarioContext) -> SimRun:
                 ]
             )
         )
-        f.throttle(g, i0, None, bits=bits, clock_mhz=float(s.rng.uniform(1000, 1500)))
+        max_mhz = s.fleet.spec.sm_clock_max_mhz
+        f.throttle(g, i0, None, bits=bits, clock_mhz=max_mhz * float(s.rng.uniform(0.5, 0.75)))
         if bits == signals.THROTTLE_HW_THERMAL:
             f.thermal(g, i0, None, float(s.rng.uniform(14, 22)))
         s.event(signals.EVENT_THROTTLE, t0, gpu_global=g, value=bits)
@@ -710,7 +711,8 @@ def gpu_degrading(ctx: ScenarioContext) -> SimRun:
     j = i0 + int(s.rng.integers(5, 60))
     while j < n:
         length = int(s.rng.integers(10, 60))
-        f.throttle(g, j, j + length, bits=bits, clock_mhz=float(s.rng.uniform(1100, 1600)))
+        max_mhz = s.fleet.spec.sm_clock_max_mhz
+        f.throttle(g, j, j + length, bits=bits, clock_mhz=max_mhz * float(s.rng.uniform(0.55, 0.8)))
         if bits == signals.THROTTLE_SW_THERMAL:
             f.thermal(g, j, j + length, float(s.rng.uniform(12, 20)))
         s.event(
