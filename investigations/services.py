@@ -60,6 +60,10 @@ ACTIVE_S = 600.0
 # GPU time is accounted up to 30 s behind the newest data: batches of a job's nodes arrive
 # from different agents a few seconds apart, and a sample accounted is never counted again.
 SETTLE_S = 30.0
+# Samples without a job extend the span of a job with a rank on their node only if the job's
+# data reached within 2 min of them: agents ship every few seconds, so a longer gap means the
+# job is gone (its end never reported) and the node runs something else.
+CONTINUITY_S = 120.0
 # An evaluation holding the lock longer than this is presumed dead (worker killed).
 LOCK_TTL_S = 600.0
 # A verdict revision is kept when the verdict changes in substance: family, category,
@@ -103,8 +107,18 @@ def note_job_data(
                 .values_list("job_id", "node_id")
                 .distinct()
             )
+            last_seen = dict(
+                JobActivity.objects.for_tenant(operator_id)
+                .filter(job_id__in={job_pk for job_pk, _ in running})
+                .values_list("job_id", "last_data_ts")
+            )
             for job_pk, node_pk in running:
                 lo, hi = node_spans[node_pk]
+                # Only a job still live on the node: one whose data stopped long ago (its end
+                # was never reported) must not be revived by the node's next job.
+                seen = spans.get(job_pk, (None, last_seen.get(job_pk)))[1]
+                if seen is None or lo - seen > CONTINUITY_S:
+                    continue
                 a, b = spans.get(job_pk, (lo, hi))
                 spans[job_pk] = (min(a, lo), max(b, hi))
         if not spans:

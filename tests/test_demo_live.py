@@ -61,10 +61,13 @@ def test_demo_streams_agents_to_verdicts_and_the_healthy_job_gets_none(tmp_path:
     assert "== NEW VERDICT: sequence_imbalance (job)" in out, out[-3000:]
     assert re.search(r"\n   \[e1\] ", out)
     # ...and the summary lists every job: only the reference job has a verdict.
-    summary = out[out.index("verdicts per job:") :].splitlines()[1:]
+    summary = out[out.index("verdicts per job:") : out.index("the real price")].splitlines()[1:]
     rows = [line.split() for line in summary if line.startswith("  ") and "agent" not in line]
     with_verdict = [r for r in rows if "no" not in r[2:4]]
     assert len(rows) >= 2
     assert [r[2] for r in with_verdict] == ["sequence_imbalance"], summary
     assert "failed" not in "\n".join(summary)
+    # The real price of each job with GPU time: its productive share and effective price.
+    prices = out[out.index("the real price") :]
+    assert re.search(r"productive share +\d+\.\d%, effective \d+\.\d{4} USD", prices), prices
     assert "Traceback" not in result.stderr, result.stderr[-3000:]

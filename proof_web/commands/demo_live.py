@@ -47,7 +47,14 @@ class GrpcSink:
     """Agent sink that ships each few seconds of records as one batch over the real gRPC
     client (agent.transport.client) — the path `proof-agent run --server` takes."""
 
-    def __init__(self, target: str, token: str, agent_id: str, batch_seconds: float = 2.0):
+    def __init__(
+        self,
+        target: str,
+        token: str,
+        agent_id: str,
+        batch_seconds: float = 2.0,
+        job_suffix: str = "",
+    ):
         from agent.transport.client import BatchSender, open_channel
         from agent.transport.encode import BatchBuilder
 
@@ -58,6 +65,7 @@ class GrpcSink:
         self.sequence = 0
         self._batch_start: float | None = None
         self.agent_id = agent_id
+        self.job_suffix = job_suffix
         self._registered: set[str] = set()
 
     def _register(self, records: Sequence[dict[str, Any]]) -> None:
@@ -86,6 +94,15 @@ class GrpcSink:
     def submit(self, records: Sequence[dict[str, Any]]) -> None:
         if not records:
             return
+        if self.job_suffix:
+            # A re-run of the demo plays the same seeds over overlapping times: its jobs, nodes
+            # and GPUs get new names, as if another part of the fleet ran new jobs.
+            for rec in records:
+                for key in ("job", "rerun_of", "node", "gpu"):
+                    if rec.get(key):
+                        rec[key] = f"{rec[key]}{self.job_suffix}"
+                if isinstance(rec.get("nodes"), list):
+                    rec["nodes"] = [f"{n}{self.job_suffix}" for n in rec["nodes"]]
         self._register(records)
         self.builder.extend(records)
         ts = float(records[-1]["ts"])
@@ -170,6 +187,7 @@ class LiveDemo:
         self._receiver: Callable[..., None] | None = None
         self._evaluator: threading.Thread | None = None
         self.evaluations = 0
+        self.job_suffix = ""
 
     # --- lifecycle ----------------------------------------------------------------------------
 
@@ -228,7 +246,16 @@ class LiveDemo:
 
     def _start_agents(self) -> None:
         from tenants import services as tenant_services
+        from tenants.context import tenant_context
+        from tenants.models import AgentToken
 
+        with tenant_context(self.operator_id):
+            earlier = (
+                AgentToken.objects.for_tenant(self.operator_id)
+                .filter(name=AGENT_TOKEN_NAME)
+                .count()
+            )
+        self.job_suffix = f"-run{earlier + 1}" if earlier else ""
         _token, plaintext = tenant_services.do_create_agent_token(
             self.operator_id, name=AGENT_TOKEN_NAME
         )
@@ -255,7 +282,12 @@ class LiveDemo:
             gpus_per_node=4,
         )
         # A fresh agent id per run: ingest de-duplicates on (agent id, sequence).
-        sink = GrpcSink(f"127.0.0.1:{self.port}", token, f"demo-{scenario}-{uuid.uuid4().hex[:8]}")
+        sink = GrpcSink(
+            f"127.0.0.1:{self.port}",
+            token,
+            f"demo-{scenario}-{uuid.uuid4().hex[:8]}",
+            job_suffix=self.job_suffix,
+        )
         agent = Agent(
             list(backend.collectors()), sink, clock=AcceleratedClock(start_ts, self.speed)
         )
