@@ -484,19 +484,32 @@ def _fast_records(
     tail = b""
     number = (int, float)
     broken = False
+    read1 = getattr(fh, "read1", None)
     while True:
         chunk = b""
         if not broken:
+            parts: list[bytes] = []
+            size = 0
             try:
-                chunk = fh.read(_CHUNK)
+                # read1 hands over what is decompressed so far, so a stream cut short still
+                # yields every complete line before the damage (read() would drop them).
+                while size < _CHUNK:
+                    part = read1(_CHUNK - size) if read1 is not None else fh.read(_CHUNK)
+                    if not part:
+                        break
+                    parts.append(part)
+                    size += len(part)
+                    if read1 is None:
+                        break
             except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
                 broken = True
                 problem(
                     Problem(
-                        lineno + data_lines(tail) + 1,
+                        lineno + data_lines(tail) + sum(data_lines(p) for p in parts) + 1,
                         f"compressed stream is damaged or cut short: {exc}",
                     )
                 )
+            chunk = b"".join(parts)
         if not chunk and not tail:
             break
         data = tail + chunk

@@ -145,3 +145,18 @@ def test_human_output_has_the_evidence_table(tmp_path: Path) -> None:
     text = out.getvalue()
     assert "== hardware_fault (infrastructure" in text
     assert "evidence:" in text and "   e1 " in text and "cleared: hardware: implicated" in text
+
+
+def test_gzip_cut_short_keeps_the_lines_before_the_damage(tmp_path: Path) -> None:
+    from investigations.store import TraceStore
+
+    sim = simulate("healthy_training", seed=2, duration_s=300, nodes=1, gpus_per_node=2)
+    whole = tmp_path / "w.jsonl.gz"
+    sim.write(whole)
+    data = whole.read_bytes()
+    cut = tmp_path / "c.jsonl.gz"
+    cut.write_bytes(data[: len(data) // 2])
+    problems: list[Any] = []
+    store = TraceStore.from_trace(cut, on_problem=problems.append)
+    assert any("cut short" in p.message for p in problems)
+    assert store.jobs(), "records before the damage were read"
