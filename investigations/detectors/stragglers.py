@@ -412,6 +412,12 @@ _CAUSE_TEXT = {
     "nvlink": "its GPU's NVLink is taking errors (CRC flit errors rising)",
     "unknown": "no throttle, power, PCIe or NVLink anomaly was visible on its GPU",
 }
+_CAUSE_TITLE = {
+    "clock_throttle": "clock throttling",
+    "power_cap": "power limited",
+    "pcie": "PCIe link degraded",
+    "nvlink": "NVLink errors",
+}
 _CAUSE_FIX = {
     "clock_throttle": "check cooling and power delivery of that GPU (fans, inlet temperature, "
     "power brake), then reset or replace it",
@@ -467,6 +473,8 @@ def detect_slow_rank(w: JobWindow) -> list[Finding]:
     )
     cause, cites = _cause(w, st.rank_row, a, b, f)
     f.details["cause"] = cause
+    if cause != "unknown":
+        f.title += f" ({_CAUSE_TITLE[cause]})"
     cite = ("[" + ", ".join(cites) + "]") if cites else ""
     f.summary = (
         f"Rank {r.rank} ({r.node}, GPU {r.gpu}) has been the slowest rank in "
