@@ -40,7 +40,12 @@ REFERENCE_SCENARIOS: tuple[str, ...] = (
 HEALTHY_SCENARIO = "healthy_training"
 DEMO_SCENARIOS: tuple[str, ...] = (*REFERENCE_SCENARIOS, HEALTHY_SCENARIO)
 AGENT_TOKEN_NAME = "proof demo agents"
-DEMO_LIST_PRICE = Decimal("2.49")  # USD per GPU-hour: a typical H100 on-demand list price
+# USD per GPU-hour for the simulator's GPU models (typical on-demand list prices).
+DEMO_LIST_PRICES = {
+    "NVIDIA H100 80GB HBM3": Decimal("2.49"),
+    "NVIDIA H200": Decimal("3.49"),
+    "NVIDIA A100-SXM4-80GB": Decimal("1.29"),
+}
 
 
 class GrpcSink:
@@ -54,6 +59,7 @@ class GrpcSink:
         agent_id: str,
         batch_seconds: float = 2.0,
         job_suffix: str = "",
+        gpu_model: str = "",
     ):
         from agent.transport.client import BatchSender, open_channel
         from agent.transport.encode import BatchBuilder
@@ -66,13 +72,12 @@ class GrpcSink:
         self._batch_start: float | None = None
         self.agent_id = agent_id
         self.job_suffix = job_suffix
+        self.gpu_model = gpu_model
         self._registered: set[str] = set()
 
     def _register(self, records: Sequence[dict[str, Any]]) -> None:
         """Register each node with its GPUs when first seen, as the real agent does on start
-        (the simulated GPUs are H100 SXM; the name is NVML's)."""
-        from agent.sim.hardware import H100_SXM
-
+        (with the simulated fleet's GPU model, as NVML names it)."""
         gpus: dict[str, dict[str, dict[str, Any]]] = {}
         for rec in records:
             node, gpu = rec.get("node"), rec.get("gpu")
@@ -80,7 +85,7 @@ class GrpcSink:
                 gpus.setdefault(node, {})[gpu] = {
                     "uuid": gpu,
                     "index": int(rec.get("gpu_index") or 0),
-                    "model": H100_SXM.name,
+                    "model": self.gpu_model,
                 }
         for node, found in gpus.items():
             self.sender.register(
@@ -226,9 +231,8 @@ class LiveDemo:
         connections.close_all()
 
     def _ensure_list_price(self) -> None:
-        """A list price for the simulated GPUs, so the real price can be shown (kept if the
-        operator set one)."""
-        from agent.sim.hardware import H100_SXM
+        """List prices for the simulated GPU models, so the real price can be shown (kept where
+        the operator set one)."""
         from investigations import selectors, services
         from tenants.access import Principal
         from tenants.context import tenant_context
@@ -236,11 +240,10 @@ class LiveDemo:
 
         with tenant_context(self.operator_id):
             known = selectors.list_prices(self.operator_id)
-        if H100_SXM.name not in known:
-            admin = Principal(self.operator_id, None, Role.OPERATOR_ADMIN, True)
-            services.set_list_price(
-                admin, gpu_model=H100_SXM.name, price_per_gpu_hour=DEMO_LIST_PRICE
-            )
+        admin = Principal(self.operator_id, None, Role.OPERATOR_ADMIN, True)
+        for model, price in DEMO_LIST_PRICES.items():
+            if model not in known:
+                services.set_list_price(admin, gpu_model=model, price_per_gpu_hour=price)
 
     # --- agents -------------------------------------------------------------------------------
 
@@ -287,6 +290,7 @@ class LiveDemo:
             token,
             f"demo-{scenario}-{uuid.uuid4().hex[:8]}",
             job_suffix=self.job_suffix,
+            gpu_model=str(backend.trace_meta()[0].get("gpu_model") or ""),
         )
         agent = Agent(
             list(backend.collectors()), sink, clock=AcceleratedClock(start_ts, self.speed)
