@@ -83,16 +83,20 @@ def store_sim(
         builder.add(record)
     flush()
     offline: dict[str, set[str]] = {j: set() for j in jobs}
+    offline_gpus: dict[str, set[str]] = {}
     for v in analyze_store(TraceStore.from_records(run.records(), run.meta)):
         if v["subject"]["job"]:
             offline.setdefault(str(v["subject"]["job"]), set()).add(v["family"])
-    return StoredSim(jobs, offline)
+        elif v["subject"]["gpu"]:
+            offline_gpus.setdefault(str(v["subject"]["gpu"]), set()).add(v["family"])
+    return StoredSim(jobs, offline, offline_gpus)
 
 
 @dataclass
 class StoredSim:
     jobs: list[str]
     offline_families: dict[str, set[str]]
+    offline_gpu_families: dict[str, set[str]]
 
 
 def verdict(

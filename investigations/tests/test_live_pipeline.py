@@ -241,3 +241,35 @@ def test_unattributed_node_samples_extend_only_a_live_job() -> None:
     # Ten minutes of silence later: the node runs something else; the job is not revived.
     store(3, t0 + 69 + 600, None, [])
     assert span()[1] == pytest.approx(t0 + 69, abs=0.01)
+
+
+def test_fleet_health_fan_out_opens_one_incident_per_degrading_gpu(
+    fired: list[notifications.Notification],
+) -> None:
+    from investigations.tasks import evaluate_fleet_health
+
+    a = make_tenant("live-f")
+    op = a.operator.pk
+    sim = store_sim(op, "gpu_degrading", duration_s=300)
+    assert sim.offline_gpu_families  # the scenario's degrading GPU, as `proof analyze` says
+    due = selectors.gpus_due_for_fleet_health()
+    ours = [gpu for o, gpu in due if o == op]
+    assert set(sim.offline_gpu_families) <= set(ours)
+    for _ in range(2):  # the next fan-out tick changes nothing
+        for gpu in ours:
+            assert evaluate_fleet_health(op, gpu) == "evaluated"
+    with tenant_context(op):
+        rows = list(
+            Incident.objects.for_tenant(op)
+            .filter(job__isnull=True)
+            .values_list("subject_gpu", "family", "category")
+        )
+    assert sorted(rows) == sorted(
+        (gpu, family, "infrastructure")
+        for gpu, families in sim.offline_gpu_families.items()
+        for family in families
+    )
+    assert len([n for n in fired if n.job is None]) == len(rows)
+    # Fleet health is the operator's: a customer sees none of it.
+    with tenant_context(op):
+        assert not Incident.objects.for_tenant(a.principal(a.customer_viewer)).exists()
