@@ -1,0 +1,222 @@
+"""The agent's gRPC client: register, then stream batches and collect acks.
+
+`BatchSender` owns delivery: it keeps every batch until the server acks it, with at most
+`window` batches in flight (a full window blocks `send`, which is how server backpressure
+reaches the agent), and when a stream breaks it opens a new one and resends every unacked
+batch in sequence order — the server stores each (agent id, sequence) once, so a resend after
+a lost ack is harmless. A batch the server rejects as invalid is dropped and reported (it
+would be rejected again); everything else is retried until `close()` gives up.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+
+from agent.wire import ingest_pb2, ingest_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+REJECTED_SEQUENCE_KEY = "proof-rejected-sequence"
+_END = object()
+
+
+@dataclass(frozen=True)
+class TlsConfig:
+    root_cert: str | None = None  # PEM path; None: the system's roots
+    server_name: str | None = None  # override for the certificate's host name check
+
+
+def open_channel(
+    target: str, tls: TlsConfig | None = None, max_message_bytes: int = 64 * 1024 * 1024
+) -> grpc.Channel:
+    options: list[tuple[str, Any]] = [
+        ("grpc.max_send_message_length", max_message_bytes),
+        ("grpc.keepalive_time_ms", 30_000),
+    ]
+    if tls is None:
+        return grpc.insecure_channel(target, options=options)
+    root = None
+    if tls.root_cert:
+        with open(tls.root_cert, "rb") as fh:
+            root = fh.read()
+    if tls.server_name:
+        options.append(("grpc.ssl_target_name_override", tls.server_name))
+    return grpc.secure_channel(target, grpc.ssl_channel_credentials(root), options=options)
+
+
+@dataclass
+class SenderStats:
+    acked: int = 0
+    duplicates: int = 0
+    rejected: list[tuple[int, str]] = field(default_factory=list)
+    reconnects: int = 0
+    ack_latencies: list[float] = field(default_factory=list)
+
+
+class RejectedBatch(Exception):
+    pass
+
+
+class BatchSender:
+    """Reliable, windowed delivery of Batches over one channel (see the module docstring)."""
+
+    def __init__(
+        self,
+        channel: grpc.Channel,
+        token: str,
+        *,
+        window: int = 8,
+        retry_delay: float = 0.5,
+        on_ack: Callable[[Any], None] | None = None,
+        keep_latencies: bool = True,
+    ) -> None:
+        self.stub = ingest_pb2_grpc.IngestStub(channel)
+        self.metadata = (("authorization", f"Bearer {token}"),)
+        self.window = window
+        self.retry_delay = retry_delay
+        self.on_ack = on_ack
+        self.keep_latencies = keep_latencies
+        self.stats = SenderStats()
+        self._lock = threading.Condition()
+        self._unacked: dict[int, tuple[Any, float]] = {}  # sequence -> (batch, sent at)
+        # One outbox per stream: a broken stream's request generator may still be blocked on
+        # its queue, and must not swallow batches meant for the next stream.
+        self._outbox: queue.Queue[Any] = queue.Queue()
+        self._closed = False
+        self._fatal: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="proof-sender", daemon=True)
+        self._thread.start()
+
+    def register(
+        self,
+        *,
+        agent_id: str,
+        hostname: str,
+        agent_version: str,
+        gpus: Sequence[dict[str, Any]] = (),
+    ) -> Any:
+        request = ingest_pb2.RegisterRequest(
+            agent_id=agent_id, hostname=hostname, agent_version=agent_version
+        )
+        for gpu in gpus:
+            request.gpus.add(**gpu)
+        return self.stub.Register(request, metadata=self.metadata, timeout=30)
+
+    def send(self, batch: Any, timeout: float | None = None) -> None:
+        """Queue a batch for delivery; blocks while `window` batches await their ack."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._lock:
+            while len(self._unacked) >= self.window and self._fatal is None:
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    raise TimeoutError("the ingest server did not ack in time")
+                self._lock.wait(remaining)
+            if self._fatal is not None:
+                raise self._fatal
+            self._unacked[batch.sequence] = (batch, time.monotonic())
+            self._outbox.put(batch)
+
+    def unacked(self) -> int:
+        with self._lock:
+            return len(self._unacked)
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until every sent batch is acked (or rejected); False on timeout."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._lock:
+            while self._unacked and self._fatal is None:
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return False
+                self._lock.wait(remaining if remaining is not None else 1.0)
+            if self._fatal is not None:
+                raise self._fatal
+        return True
+
+    def close(self, timeout: float | None = 30.0) -> bool:
+        done = self.flush(timeout)
+        with self._lock:
+            self._closed = True
+            self._outbox.put(_END)
+        self._thread.join(timeout=5)
+        return done
+
+    # --- the delivery thread ------------------------------------------------------------------
+
+    def _requests(self, first: list[Any], outbox: queue.Queue[Any]) -> Iterator[Any]:
+        yield from first
+        while True:
+            item = outbox.get()
+            if item is _END:
+                return
+            yield item
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                if self._closed:
+                    return
+                self._outbox.put(_END)  # release the previous stream's generator, if any
+                self._outbox = queue.Queue()
+                resend = [self._unacked[s][0] for s in sorted(self._unacked)]
+                now = time.monotonic()
+                for s in self._unacked:
+                    self._unacked[s] = (self._unacked[s][0], now)
+                outbox = self._outbox
+            call = self.stub.Stream(self._requests(resend, outbox), metadata=self.metadata)
+            try:
+                for ack in call:
+                    self._acked(ack)
+                time.sleep(self.retry_delay)  # the server ended the stream: reopen it
+            except grpc.RpcError as exc:
+                if not self._handle_error(exc):
+                    return
+                time.sleep(self.retry_delay)
+
+    def _acked(self, ack: Any) -> None:
+        with self._lock:
+            entry = self._unacked.pop(ack.sequence, None)
+            if entry is not None:
+                self.stats.acked += 1
+                if ack.status == ingest_pb2.Ack.DUPLICATE:
+                    self.stats.duplicates += 1
+                if self.keep_latencies:
+                    self.stats.ack_latencies.append(time.monotonic() - entry[1])
+            self._lock.notify_all()
+        if self.on_ack is not None:
+            self.on_ack(ack)
+
+    def _handle_error(self, exc: grpc.RpcError) -> bool:
+        """True to reconnect and resend, False to stop."""
+        code = exc.code() if hasattr(exc, "code") else None
+        details = exc.details() if hasattr(exc, "details") else str(exc)
+        if code == grpc.StatusCode.INVALID_ARGUMENT:
+            seq = None
+            for key, value in exc.trailing_metadata() or ():  # type: ignore[attr-defined]
+                if key == REJECTED_SEQUENCE_KEY:
+                    seq = int(value)
+            with self._lock:
+                if seq is not None and seq in self._unacked:
+                    del self._unacked[seq]
+                    self.stats.rejected.append((seq, str(details)))
+                    log.error("ingest rejected batch %s: %s", seq, details)
+                    self._lock.notify_all()
+                    return True
+        if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
+            with self._lock:
+                self._fatal = PermissionError(f"ingest refused the agent token: {details}")
+                self._lock.notify_all()
+            return False
+        if self._closed:
+            return False
+        self.stats.reconnects += 1
+        log.warning("ingest stream broke (%s: %s); reconnecting", code, details)
+        return True

@@ -1,0 +1,381 @@
+"""The ingest gRPC server: authenticates, decodes, queues; storage is services.store_batch().
+
+Flow of one stream:
+    reader thread: pull a Batch from the stream → decode_batch() → put on the bounded write
+        queue (blocks when full: the reader stops pulling, so gRPC/HTTP2 flow control pushes
+        back to the agent, whose sends block — agents see the slowdown as delayed acks)
+    writer threads: store_batch() in one transaction → on commit, hand the Ack back
+    handler generator: yield each Ack as it arrives
+An Ack is only ever sent after its batch committed, and a batch that failed to store is never
+acked (the stream ends with UNAVAILABLE and the agent resends it on a new stream). An invalid
+batch ends the stream with INVALID_ARGUMENT after the acks of the batches before it.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent import futures
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+from django.db import close_old_connections, connections
+from google.protobuf.message import DecodeError
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from agent.wire import ingest_pb2, ingest_pb2_grpc
+from ingest import metrics, services
+from ingest.processing import BatchRejected, DecodedBatch, Limits, decode_batch
+from tenants.services import resolve_agent_token
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAME = "proof.ingest.v1.Ingest"
+REJECTED_SEQUENCE_KEY = "proof-rejected-sequence"
+_STATUS = {
+    services.StoreStatus.STORED: ingest_pb2.Ack.STORED,
+    services.StoreStatus.DUPLICATE: ingest_pb2.Ack.DUPLICATE,
+}
+
+
+@dataclass
+class WriteItem:
+    operator_id: int
+    batch: DecodedBatch
+    arrived: float
+    done: Callable[[services.StoreOutcome | None, BaseException | None], None]
+
+
+class StorageWriter:
+    """A bounded queue drained by `threads` writer threads, each on its own DB connection."""
+
+    def __init__(self, depth: int, threads: int) -> None:
+        self.queue: queue.Queue[WriteItem | None] = queue.Queue(maxsize=depth)
+        self.threads = [
+            threading.Thread(target=self._run, name=f"ingest-writer-{i}", daemon=True)
+            for i in range(threads)
+        ]
+        metrics.QUEUE_DEPTH.set_function(self.queue.qsize)
+
+    def start(self) -> None:
+        for thread in self.threads:
+            thread.start()
+
+    def submit(self, item: WriteItem) -> None:
+        self.queue.put(item)  # blocks while the queue is full: that is the backpressure
+
+    def stop(self) -> None:
+        """Finish what is queued, then stop the threads."""
+        for _ in self.threads:
+            self.queue.put(None)
+        for thread in self.threads:
+            thread.join()
+
+    def _run(self) -> None:
+        while True:
+            item = self.queue.get()
+            if item is None:
+                connections.close_all()
+                return
+            try:
+                outcome = services.store_batch(item.operator_id, item.batch)
+            except BaseException as exc:
+                log.exception(
+                    "storing batch %s of %s failed", item.batch.sequence, item.batch.agent_id
+                )
+                metrics.STORE_ERRORS.inc()
+                close_old_connections()
+                item.done(None, exc)
+                continue
+            metrics.BATCHES.labels(outcome.status.value).inc()
+            if outcome.status is services.StoreStatus.STORED:
+                metrics.SAMPLES.inc(outcome.samples)
+                batch = item.batch
+                metrics.RECORDS.inc(
+                    len(batch.logs)
+                    + len(batch.events)
+                    + len(batch.processes)
+                    + len(batch.exits)
+                    + len(batch.jobs)
+                )
+            item.done(outcome, None)
+
+
+def _parse_batch(raw: bytes, limits: Limits) -> Any:
+    """Parse the wire bytes ourselves (the Stream method has no deserializer), so that bytes
+    that are not a Batch are an INVALID_ARGUMENT naming the problem like any other bad batch."""
+    if len(raw) > limits.max_batch_bytes:
+        raise BatchRejected(
+            "oversized", f"batch is {len(raw)} bytes, over the limit of {limits.max_batch_bytes}"
+        )
+    try:
+        return ingest_pb2.Batch.FromString(raw)
+    except DecodeError as exc:
+        raise BatchRejected("malformed", f"the message is not a valid Batch: {exc}") from None
+
+
+def service_handler(servicer: IngestServicer) -> grpc.GenericRpcHandler:
+    """The Ingest service, with Stream taking raw bytes (see _parse_batch)."""
+    return grpc.method_handlers_generic_handler(
+        SERVICE_NAME,
+        {
+            "Register": grpc.unary_unary_rpc_method_handler(
+                servicer.Register,
+                request_deserializer=ingest_pb2.RegisterRequest.FromString,
+                response_serializer=ingest_pb2.RegisterResponse.SerializeToString,
+            ),
+            "Stream": grpc.stream_stream_rpc_method_handler(
+                servicer.Stream, response_serializer=ingest_pb2.Ack.SerializeToString
+            ),
+        },
+    )
+
+
+def _bearer(context: grpc.ServicerContext) -> str:
+    for key, value in context.invocation_metadata() or ():
+        if key == "authorization" and isinstance(value, str) and value.startswith("Bearer "):
+            return value[len("Bearer ") :].strip()
+    return ""
+
+
+class IngestServicer(ingest_pb2_grpc.IngestServicer):
+    """Decodes and authenticates only; processing is plain functions."""
+
+    def __init__(self, writer: StorageWriter, limits: Limits) -> None:
+        self.writer = writer
+        self.limits = limits
+
+    def _authenticate(self, context: grpc.ServicerContext) -> int:
+        token = _bearer(context)
+        try:
+            operator_id = resolve_agent_token(token) if token else None
+        finally:
+            # RPC threads come from a pool; do not leave a connection parked on each.
+            connections.close_all()
+        if operator_id is None:
+            metrics.AUTH_FAILURES.inc()
+            context.abort(
+                grpc.StatusCode.UNAUTHENTICATED,
+                "missing, unknown or revoked agent token (send 'authorization: Bearer <token>')",
+            )
+        return int(operator_id)  # type: ignore[arg-type]
+
+    def Register(self, request: Any, context: grpc.ServicerContext) -> Any:
+        operator_id = self._authenticate(context)
+        if not request.agent_id or not request.hostname:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "agent_id and hostname are required")
+        gpus = [
+            {
+                "uuid": g.uuid,
+                "index": g.index,
+                "model": g.model[:128],
+                "memory_mib": g.memory_mib or None,
+                "driver_version": g.driver_version[:64],
+                "cuda_version": g.cuda_version[:64],
+            }
+            for g in request.gpus
+            if g.uuid
+        ]
+        try:
+            session, last = services.register_agent(
+                operator_id,
+                agent_id=request.agent_id[:128],
+                hostname=request.hostname[:255],
+                agent_version=request.agent_version[:64],
+                gpus=gpus,
+            )
+        finally:
+            connections.close_all()
+        return ingest_pb2.RegisterResponse(
+            session_id=session,
+            last_sequence=last,
+            server_time_ms=int(time.time() * 1000),
+            max_batch_bytes=self.limits.max_batch_bytes,
+        )
+
+    def Stream(
+        self, request_iterator: Iterator[Any], context: grpc.ServicerContext
+    ) -> Iterator[Any]:
+        operator_id = self._authenticate(context)
+        events: queue.Queue[tuple[Any, ...]] = queue.Queue()
+        context.add_callback(lambda: events.put(("cancelled",)))
+        stop_reading = threading.Event()
+
+        def on_done(seq: int, samples: int, arrived: float) -> Callable[..., None]:
+            def done(outcome: services.StoreOutcome | None, exc: BaseException | None) -> None:
+                if exc is not None:
+                    events.put(("error", seq, exc))
+                else:
+                    assert outcome is not None
+                    events.put(("ack", seq, _STATUS[outcome.status], samples, arrived))
+
+            return done
+
+        def read() -> None:
+            try:
+                for raw in request_iterator:
+                    arrived = time.monotonic()
+                    if stop_reading.is_set():
+                        break
+                    sequence = 0
+                    try:
+                        batch = _parse_batch(raw, self.limits)
+                        sequence = int(batch.sequence)
+                        decoded = decode_batch(batch, self.limits, size=len(raw))
+                    except BatchRejected as exc:
+                        metrics.REJECTS.labels(exc.reason).inc()
+                        events.put(("reject", sequence, exc.message))
+                        return
+                    events.put(("queued",))
+                    self.writer.submit(
+                        WriteItem(
+                            operator_id,
+                            decoded,
+                            arrived,
+                            on_done(decoded.sequence, decoded.sample_count, arrived),
+                        )
+                    )
+            except Exception as exc:
+                log.debug("stream ended: %s", exc)
+            finally:
+                events.put(("end",))
+
+        metrics.STREAMS.inc()
+        reader = threading.Thread(target=read, name="ingest-stream-reader", daemon=True)
+        reader.start()
+        pending, ended = 0, False
+        rejection: tuple[int, str] | None = None
+        failure: tuple[int, BaseException] | None = None
+        try:
+            while not ((ended or failure is not None) and pending == 0):
+                try:
+                    event = events.get(timeout=1.0)
+                except queue.Empty:
+                    # gRPC can end a call by itself (a request it could not deserialize, a
+                    # deadline) without waking us: notice it, or the handler thread leaks.
+                    if not context.is_active():
+                        stop_reading.set()
+                        return
+                    continue
+                kind = event[0]
+                if kind == "queued":
+                    pending += 1
+                elif kind == "ack":
+                    _, seq, status, samples, arrived = event
+                    pending -= 1
+                    metrics.ACK_LATENCY.observe(time.monotonic() - arrived)
+                    if failure is None:
+                        yield ingest_pb2.Ack(sequence=seq, status=status, samples=samples)
+                elif kind == "error":
+                    pending -= 1
+                    stop_reading.set()
+                    failure = failure or (event[1], event[2])
+                elif kind == "reject":
+                    rejection = (event[1], event[2])
+                elif kind == "end":
+                    ended = True
+                elif kind == "cancelled":
+                    stop_reading.set()
+                    return
+        finally:
+            metrics.STREAMS.dec()
+        if failure is not None:
+            context.abort(
+                grpc.StatusCode.UNAVAILABLE,
+                f"batch {failure[0]} could not be stored ({type(failure[1]).__name__}); "
+                "resend it and the unacked batches after it",
+            )
+        if rejection is not None:
+            context.set_trailing_metadata(((REJECTED_SEQUENCE_KEY, str(rejection[0])),))
+            context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT, f"batch {rejection[0]} rejected: {rejection[1]}"
+            )
+
+
+def is_loopback(host: str) -> bool:
+    if host in ("localhost", ""):
+        return host == "localhost"
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+class InsecureBindRefused(ValueError):
+    pass
+
+
+class IngestServer:
+    """The gRPC server with its writer threads and health service."""
+
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        tls_cert: str | None = None,
+        tls_key: str | None = None,
+        insecure: bool = False,
+        writers: int = 2,
+        queue_depth: int = 64,
+        max_streams: int = 512,
+        limits: Limits | None = None,
+    ) -> None:
+        if (tls_cert is None) != (tls_key is None):
+            raise ValueError("TLS needs both a certificate and a key")
+        if tls_cert is None and not insecure and not is_loopback(host):
+            raise InsecureBindRefused(
+                f"refusing plaintext gRPC on {host}: configure PROOF_INGEST_TLS_CERT/KEY "
+                "(or --tls-cert/--tls-key), bind to loopback, or pass --insecure when a proxy "
+                "terminates TLS in front of this server"
+            )
+        self.limits = limits or Limits.from_settings()
+        self.writer = StorageWriter(queue_depth, writers)
+        self.health = health.HealthServicer()
+        self.server = grpc.server(
+            futures.ThreadPoolExecutor(
+                max_workers=max_streams + 16, thread_name_prefix="ingest-rpc"
+            ),
+            maximum_concurrent_rpcs=max_streams,
+            options=[
+                ("grpc.max_receive_message_length", self.limits.max_batch_bytes * 2),
+                ("grpc.so_reuseport", 1),
+                ("grpc.keepalive_time_ms", 30_000),
+                ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
+            ],
+        )
+        self.server.add_generic_rpc_handlers(
+            (service_handler(IngestServicer(self.writer, self.limits)),)
+        )
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        address = f"{host}:{port}"
+        if tls_cert is not None and tls_key is not None:
+            with open(tls_key, "rb") as key, open(tls_cert, "rb") as cert:
+                creds = grpc.ssl_server_credentials([(key.read(), cert.read())])
+            self.port = self.server.add_secure_port(address, creds)
+        else:
+            self.port = self.server.add_insecure_port(address)
+        if self.port == 0:
+            raise OSError(f"could not bind the ingest server to {address}")
+
+    def start(self) -> int:
+        self.writer.start()
+        self.server.start()
+        for name in ("", SERVICE_NAME):
+            self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        return self.port
+
+    def stop(self, grace: float | None = 5.0) -> None:
+        """Stop taking calls, let streams finish for `grace` seconds, then store what is queued."""
+        self.health.enter_graceful_shutdown()
+        # Bounded wait: a call gRPC itself failed may never report done (seen in grpcio 1.8x).
+        self.server.stop(grace).wait(timeout=(grace or 0) + 10)
+        self.writer.stop()
+
+    def wait(self) -> None:
+        self.server.wait_for_termination()
