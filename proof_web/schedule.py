@@ -36,4 +36,26 @@ BEAT_SCHEDULE: dict[str, Periodic] = {
             "cost reads without changing a verdict"
         ),
     ),
+    "ingest-rollups": Periodic(
+        task="ingest.rollup_recent_hours",
+        every_seconds=900,
+        reason=(
+            "hourly rollups feed the long-range reads (a GPU's counters over 30 days); "
+            "re-rolling the last 3 hours every 15 min picks up late batches and keeps the "
+            "current hour at most 15 min stale, for a read that looks at days"
+        ),
+    ),
+    "ingest-partitions": Periodic(
+        task="ingest.maintain_partitions",
+        every_seconds=3600,
+        reason=(
+            "creates a week of daily sample partitions ahead and drops those past retention; "
+            "hourly is far more often than a day rolls over, so a missed run costs nothing"
+        ),
+    ),
+    "ingest-retention": Periodic(
+        task="ingest.delete_expired_rows",
+        every_seconds=86400,
+        reason="logs, events and receipts past PROOF_INGEST_RETENTION_DAYS; retention is in days",
+    ),
 }
