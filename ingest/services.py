@@ -169,15 +169,25 @@ def _data_spans(
             spans[pk] = (min(a, lo_ms / 1e3), max(b, hi_ms / 1e3))
 
     if batch.sample_count:
-        ends = np.cumsum(batch.counts)
-        for key, count, end in zip(batch.series, batch.counts, ends, strict=True):
-            if count:
-                run = batch.ts_ms[end - count : end]
-                lo, hi = float(run.min()), float(run.max())
-                if key.job:
-                    add(jobs, job_ids.get(key.job), lo, hi)
-                else:
-                    add(nodes, node_ids.get(key.node), lo, hi)
+        # Per series (min, max) with reduceat over the contiguous runs, then per job/node.
+        nonzero = np.flatnonzero(batch.counts)
+        starts = (np.cumsum(batch.counts) - batch.counts)[nonzero]
+        lo = np.minimum.reduceat(batch.ts_ms, starts)
+        hi = np.maximum.reduceat(batch.ts_ms, starts)
+        groups: dict[tuple[bool, str], int] = {}
+        keys = (batch.series[i] for i in nonzero)
+        group = np.fromiter(
+            (groups.setdefault((bool(k.job), k.job or k.node), len(groups)) for k in keys),
+            dtype=np.int64,
+            count=len(nonzero),
+        )
+        group_lo = np.full(len(groups), np.iinfo(np.int64).max)
+        group_hi = np.full(len(groups), np.iinfo(np.int64).min)
+        np.minimum.at(group_lo, group, lo)
+        np.maximum.at(group_hi, group, hi)
+        for (is_job, name), g in groups.items():
+            spans_of, ids = (jobs, job_ids) if is_job else (nodes, node_ids)
+            add(spans_of, ids.get(name), float(group_lo[g]), float(group_hi[g]))
     for records in (batch.logs, batch.events, batch.processes, batch.exits, batch.jobs):
         for r in records:
             if r["job"]:
