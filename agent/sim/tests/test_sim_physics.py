@@ -3,6 +3,7 @@ each other, and each scenario shows the signature its family is defined by (DESI
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from typing import Any
 
@@ -227,3 +228,83 @@ def test_input_starvation_idles_gpus_and_saturates_workers() -> None:
     assert np.nanmean(workers) > 0.85
     eng = np.nanmean([v[i0:] for _, v in run.series(signals.DCGM_FI_PROF_GR_ENGINE_ACTIVE)])
     assert eng < 0.6
+
+
+_FAULT_COUNTERS = (
+    signals.DCGM_FI_DEV_ECC_SBE_VOL_TOTAL,
+    signals.DCGM_FI_DEV_ECC_DBE_VOL_TOTAL,
+    signals.DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS,
+    signals.DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS,
+    signals.DCGM_FI_DEV_ROW_REMAP_FAILURE,
+    signals.DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL,
+)
+
+
+def _rising(run: SimRun, names: tuple[str, ...]) -> set[tuple[str, str]]:
+    out = set()
+    for name in names:
+        for row, v in run.series(name):
+            v = v[~np.isnan(v)]
+            if len(v) and v[-1] > v[0]:
+                out.add((name, row["gpu"]))
+    return out
+
+
+@pytest.mark.parametrize(
+    "name", ["healthy_training", "healthy_local_checkpoint", "healthy_preexisting_counter"]
+)
+def test_healthy_controls_carry_no_fault_evidence(name: str) -> None:
+    for seed in (1, 2):
+        run = simulate(name, seed=seed, duration_s=300, nodes=2)
+        assert not _rising(run, _FAULT_COUNTERS)  # pre-existing counts stay flat
+        assert not [r for r in run.discrete if r["type"] == "event"]
+        hw_bits = (
+            signals.THROTTLE_HW_SLOWDOWN
+            | signals.THROTTLE_HW_THERMAL
+            | signals.THROTTLE_SW_THERMAL
+            | signals.THROTTLE_HW_POWER_BRAKE
+        )
+        for _, v in run.series(signals.DCGM_FI_DEV_CLOCK_THROTTLE_REASONS):
+            v = v[~np.isnan(v)].astype(int)
+            assert not (v & hw_bits).any()
+        states = {r.get("state") for r in run.discrete if r["type"] == "job"}
+        assert states <= {"running", "completed"}
+
+
+def test_divergence_twins_clean_hardware_vs_xid_first() -> None:
+    div = simulate("numerical_divergence", seed=4, duration_s=1200, nodes=1)
+    truth = div.meta["truth"]
+    job, rerun = truth["subject"]["job"], truth["detail"]["rerun"]
+    assert div.meta["jobs"][rerun] == "rerun"
+    assert not _rising(div, _FAULT_COUNTERS)
+    assert not [r for r in div.discrete if r["type"] == "event"]
+    # Both runs blow up at the same iteration (loss non-finite or far above its best).
+    first_bad = {}
+    for j in (job, rerun):
+        lines = [r["line"] for r in div.discrete if r["type"] == "log" and r["job"] == j]
+        steps = _logged_losses(lines)
+        best = min(v for _, v in steps if np.isfinite(v))
+        first_bad[j] = next(s for s, v in steps if not np.isfinite(v) or v > 2.5 * best)
+    assert first_bad[job] == first_bad[rerun]
+
+    hw = simulate("hardware_fault", seed=6, duration_s=1200, nodes=1)
+    truth = hw.meta["truth"]
+    xids = [r for r in hw.discrete if r["type"] == "event" and r["name"] == signals.EVENT_XID]
+    assert xids and xids[0]["gpu"] == truth["subject"]["gpu"]
+    assert xids[0]["ts"] == pytest.approx(truth["onset"])
+
+
+def _logged_losses(lines: list[str]) -> list[tuple[int, float]]:
+    """(step, loss) from any of the four formats — enough for this test's two jobs."""
+    out = []
+    for i, line in enumerate(lines):
+        m = (
+            re.search(r"iteration\s+(\d+)/.*?lm loss: (\S+) \|", line)
+            or re.search(r"step:\s*(\d+)\s+loss:\s*(\S+)", line)
+            or re.search(r"iter (\d+): loss ([^,]+),", line)
+        )
+        if m:
+            out.append((int(m.group(1)), float(m.group(2))))
+        elif line.startswith("{'loss'"):
+            out.append((i, float(re.search(r"'loss': ([^,]+),", line).group(1))))  # type: ignore[union-attr]
+    return out
