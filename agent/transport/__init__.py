@@ -1,3 +1,12 @@
 """The agent's side of the ingest gRPC API: batch encoding (encode.py), the client with
 register, streaming and acks (client.py) and the runtime Sink that ties them together (sink.py).
 No Django here."""
+
+from typing import Any
+
+
+def check_server(cfg: Any, timeout: float = 10.0) -> None:
+    """Prove the configured token with a real Register call (`proof-agent doctor`)."""
+    from agent.transport.sink import check_server as check
+
+    check(cfg, timeout)

@@ -76,6 +76,7 @@ class BatchSender:
         window: int = 8,
         retry_delay: float = 0.5,
         on_ack: Callable[[Any], None] | None = None,
+        on_reject: Callable[[int, str], None] | None = None,
         keep_latencies: bool = True,
     ) -> None:
         self.stub = ingest_pb2_grpc.IngestStub(channel)
@@ -83,6 +84,7 @@ class BatchSender:
         self.window = window
         self.retry_delay = retry_delay
         self.on_ack = on_ack
+        self.on_reject = on_reject
         self.keep_latencies = keep_latencies
         self.stats = SenderStats()
         self._lock = threading.Condition()
@@ -209,7 +211,14 @@ class BatchSender:
                     self.stats.rejected.append((seq, str(details)))
                     log.error("ingest rejected batch %s: %s", seq, details)
                     self._lock.notify_all()
-                    return True
+            if seq is None:  # not about one batch: resending would only repeat it
+                with self._lock:
+                    self._fatal = ValueError(f"ingest refused the stream: {details}")
+                    self._lock.notify_all()
+                return False
+            if self.on_reject is not None:
+                self.on_reject(seq, str(details))
+            return True
         if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
             with self._lock:
                 self._fatal = PermissionError(f"ingest refused the agent token: {details}")

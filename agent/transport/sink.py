@@ -1,0 +1,207 @@
+"""The runtime Sink that streams to ingest (`proof-agent run --server HOST:PORT --token T`).
+
+`submit()` only encodes into the current batch; a batch is cut every `max_batch_samples`
+samples or at `flush()`, written to the on-disk spool (agent/spool.py) when there is one, and
+handed to a background thread that feeds the BatchSender. With a spool, batches survive agent
+restarts and long ingest outages, and are removed from disk only once acked; the spool's
+sequence numbers never repeat, so they are the batches' sequence numbers. Without one, a
+bounded in-memory queue holds what is not yet sent (the oldest dropped, and counted, if full).
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import socket
+import threading
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from agent.transport.client import BatchSender, TlsConfig, open_channel
+from agent.transport.encode import BatchBuilder
+from agent.wire import ingest_pb2
+
+log = logging.getLogger(__name__)
+
+AGENT_ID_FILE = "agent_id"
+
+
+class GrpcSink:
+    def __init__(
+        self,
+        sender: BatchSender,
+        agent_id: str,
+        *,
+        spool: Any = None,
+        first_sequence: int = 1,
+        max_batch_samples: int = 50_000,
+        max_memory_batches: int = 1000,
+    ) -> None:
+        self.sender = sender
+        self.agent_id = agent_id
+        self.spool = spool
+        self.builder = BatchBuilder(agent_id)
+        self.max_batch_samples = max_batch_samples
+        self.dropped_batches = 0
+        self._next_sequence = first_sequence
+        self._memory: collections.deque[Any] = collections.deque(maxlen=max_memory_batches)
+        self._lock = threading.Lock()
+        self._wake = threading.Condition()
+        self._closing = False
+        self._done: set[int] = set()
+        self._acked_through = 0
+        self._last_sent = 0
+        sender.on_ack = lambda ack: self._finished(int(ack.sequence))
+        sender.on_reject = lambda seq, _why: self._finished(seq)
+        self._thread = threading.Thread(target=self._pump, name="proof-sink", daemon=True)
+        self._thread.start()
+
+    # --- Sink protocol ------------------------------------------------------------------------
+
+    def submit(self, records: Sequence[Any]) -> None:
+        with self._lock:
+            self.builder.extend(records)
+            if self.builder.samples >= self.max_batch_samples:
+                self._cut()
+
+    def flush(self) -> None:
+        with self._lock:
+            self._cut()
+
+    def close(self, timeout: float = 30.0) -> None:
+        self.flush()
+        with self._wake:
+            self._closing = True
+            self._wake.notify_all()
+        self._thread.join(timeout=timeout)
+        self.sender.close(timeout=timeout)
+        if self.spool is not None:
+            self.spool.close()
+
+    # --- internals ----------------------------------------------------------------------------
+
+    def _cut(self) -> None:
+        if not len(self.builder):
+            return
+        if self.spool is not None:
+            sequence = self.spool.next_seq
+            batch = self.builder.build(sequence)
+            stored = self.spool.append(batch.SerializeToString())
+            assert stored == sequence, (stored, sequence)
+        else:
+            batch = self.builder.build(self._next_sequence)
+            self._next_sequence += 1
+            if len(self._memory) == self._memory.maxlen:
+                self.dropped_batches += 1
+            self._memory.append(batch)
+        with self._wake:
+            self._wake.notify_all()
+
+    def _next_batches(self) -> list[Any]:
+        if self.spool is not None:
+            return [
+                ingest_pb2.Batch.FromString(data)
+                for _seq, data in self.spool.peek(self.sender.window, after=self._last_sent)
+            ]
+        out: list[Any] = []
+        while self._memory and len(out) < self.sender.window:
+            out.append(self._memory.popleft())
+        return out
+
+    def _pump(self) -> None:
+        while True:
+            batches = self._next_batches()
+            if not batches:
+                with self._wake:
+                    if self._closing:
+                        return
+                    self._wake.wait(0.5)
+                continue
+            for batch in batches:
+                try:
+                    self.sender.send(batch)
+                except PermissionError as exc:
+                    log.error("%s; the agent keeps spooling", exc)
+                    return
+                self._last_sent = batch.sequence
+
+    def _finished(self, sequence: int) -> None:
+        """An ack (or a rejection): advance the spool's cumulative ack over contiguous ones."""
+        if self.spool is None:
+            return
+        with self._lock:
+            self._done.add(sequence)
+            through = self._acked_through
+            while through + 1 in self._done or through + 1 <= self.spool.acked_through:
+                through += 1
+                self._done.discard(through)
+            if through > self._acked_through:
+                self._acked_through = through
+                if through > self.spool.acked_through:
+                    self.spool.ack(through)
+
+
+def _agent_id(spool_dir: str | None, meta: dict[str, Any]) -> str:
+    if meta.get("agent_id"):
+        return str(meta["agent_id"])
+    if spool_dir:
+        path = Path(spool_dir) / AGENT_ID_FILE
+        if path.exists():
+            return path.read_text().strip()
+        Path(spool_dir).mkdir(parents=True, exist_ok=True)
+        value = f"{socket.gethostname()}-{uuid.uuid4().hex[:12]}"
+        path.write_text(value + "\n")
+        return value
+    return f"{socket.gethostname()}-{uuid.uuid4().hex[:12]}"
+
+
+def make_sink(
+    *, server: str, token: str, spool_dir: str | None = None, meta: dict[str, Any] | None = None
+) -> GrpcSink:
+    """The factory `proof-agent run --server` uses. Plaintext to a loopback server, TLS (the
+    system's roots, or PROOF_AGENT_CA_CERT) to anything else."""
+    meta = dict(meta or {})
+    host = server.rsplit(":", 1)[0].strip("[]")
+    loopback = host in ("localhost", "127.0.0.1", "::1")
+    tls = None if loopback else TlsConfig(root_cert=os.environ.get("PROOF_AGENT_CA_CERT"))
+    sender = BatchSender(open_channel(server, tls), token)
+    agent_id = _agent_id(spool_dir, meta)
+    reply = sender.register(
+        agent_id=agent_id,
+        hostname=str(meta.get("node") or socket.gethostname()),
+        agent_version=str(meta.get("agent_version") or ""),
+        gpus=[
+            {
+                k: g[k]
+                for k in ("uuid", "index", "model", "memory_mib", "driver_version", "cuda_version")
+                if g.get(k) is not None
+            }
+            for g in meta.get("gpus") or []
+        ],
+    )
+    spool = None
+    if spool_dir:
+        from agent.spool import Spool
+
+        spool = Spool(Path(spool_dir) / "batches")
+        if reply.last_sequence >= spool.next_seq and not spool.pending_batches:
+            # The spool was wiped but ingest remembers this id's sequences: take a new id
+            # rather than have fresh batches mistaken for resends.
+            (Path(spool_dir) / AGENT_ID_FILE).unlink(missing_ok=True)
+            agent_id = _agent_id(spool_dir, {})
+        return GrpcSink(sender, agent_id, spool=spool)
+    return GrpcSink(sender, agent_id, first_sequence=int(reply.last_sequence) + 1)
+
+
+def check_server(cfg: Any, timeout: float = 10.0) -> None:
+    """`proof-agent doctor`: prove the token with a real Register call (raises if refused)."""
+    section = cfg.server
+    tls = TlsConfig(root_cert=section.ca_file or None) if section.tls else None
+    sender = BatchSender(open_channel(section.address, tls), cfg.resolved_token())
+    try:
+        sender.register(agent_id="doctor", hostname=socket.gethostname(), agent_version="doctor")
+    finally:
+        sender.close(timeout=1)
