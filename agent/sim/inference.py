@@ -25,7 +25,7 @@ import numpy as np
 from agent import signals
 from agent.sim.fleet import Fleet, make_fleet
 from agent.sim.inference_engine import EngineSeries, StepModel, simulate_engine
-from agent.sim.inference_plan import Deployment, plan
+from agent.sim.inference_plan import Deployment, endpoint_size, plan
 from agent.sim.run import SimRun
 from agent.sim.scenarios import ScenarioContext, register
 
@@ -77,17 +77,18 @@ def _cmd(dep: Deployment, port: int) -> str:
 
 def build_inference(ctx: ScenarioContext, kind: str) -> SimRun:
     rng = ctx.rng
-    dep, w = plan(ctx, kind)
     n = ctx.n_samples
+    size = endpoint_size(ctx)
     fleet = make_fleet(
         rng,
         seed=ctx.seed,
-        n_nodes=dep.n_nodes,
-        gpus_per_node=dep.gpus_per_node,
+        n_nodes=size[0],
+        gpus_per_node=size[1],
         n_samples=n,
         start_ts=ctx.start_ts,
         interval_s=ctx.interval_s,
     )
+    dep, w = plan(ctx, kind, fleet.spec, size)
     eng = simulate_engine(dep.cfg, [w] * dep.replicas, n - dep.ready_s, rng)
     lat = eng.latencies
     if len(lat) == 0:
