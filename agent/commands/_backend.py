@@ -62,7 +62,8 @@ def add_backend_arguments(parser: argparse.ArgumentParser, *, default_duration: 
         "--start-ts",
         type=float,
         default=None,
-        help="simulated start time, seconds since the epoch (default: now)",
+        help="simulated start time, seconds since the epoch (default: now at --speed 1; "
+        "otherwise now minus --duration, so an accelerated run ends about now)",
     )
     parser.add_argument(
         "--interval", type=float, default=1.0, help="collection interval, seconds (default 1)"
@@ -95,7 +96,14 @@ def _assemble_sim(args: argparse.Namespace) -> Assembled:
         import agent.sim  # noqa: F401
     except ImportError as exc:
         raise BackendError(f"the simulator is not available: {exc}") from exc
-    start_ts = float(args.start_ts) if args.start_ts is not None else float(int(time.time()))
+    if args.start_ts is not None:
+        start_ts = float(args.start_ts)
+    elif args.speed == 1.0:
+        start_ts = float(int(time.time()))  # live: the simulated node runs from now on
+    else:
+        # Faster than real time the simulated clock would run into the future (which ingest
+        # refuses); instead start in the past so that the played run ends about now.
+        start_ts = float(int(time.time() - args.duration))
     try:
         backend = SimBackend.from_scenario(
             args.scenario,

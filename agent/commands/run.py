@@ -105,7 +105,14 @@ def _transport_sink(args: argparse.Namespace, meta: dict[str, Any]) -> Sink:
     factory = getattr(module, "make_sink", None)
     if factory is None:
         raise BackendError(f"{TRANSPORT_MODULE} has no make_sink(); transport not available yet")
-    sink: Sink = factory(server=args.server, token=args.token, spool_dir=args.spool_dir, meta=meta)
+    try:
+        sink: Sink = factory(
+            server=args.server, token=args.token, spool_dir=args.spool_dir, meta=meta
+        )
+    except Exception as exc:  # grpc.RpcError and friends; grpc is imported only with --server
+        details = getattr(exc, "details", None)
+        why = details() if callable(details) else str(exc)
+        raise BackendError(f"cannot start the transport to {args.server}: {why}") from exc
     return sink
 
 
