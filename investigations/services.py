@@ -21,7 +21,9 @@ from typing import Any
 
 from django.conf import settings
 from django.core.cache import cache
-from django.db import connection, transaction
+from django.db import IntegrityError, connection, transaction
+from django.db.models import F, Value
+from django.db.models.functions import Greatest, Least
 
 from ingest.models import Job, JobRank, JobState
 from investigations import notifications
@@ -100,7 +102,7 @@ def note_job_data(
     spans = dict(spans)
     with tenant_context(operator_id):
         if node_spans:
-            running = (
+            running = list(
                 JobRank.objects.for_tenant(operator_id)
                 .filter(node_id__in=list(node_spans))
                 .exclude(job__state__in=list(TERMINAL_STATES))
@@ -123,29 +125,39 @@ def note_job_data(
                 spans[job_pk] = (min(a, lo), max(b, hi))
         if not spans:
             return []
-        existing = {
-            a.job_id: a
-            for a in JobActivity.objects.for_tenant(operator_id).filter(job_id__in=list(spans))
-        }
         for job_pk, (first, last) in spans.items():
-            activity = existing.get(job_pk)
-            if activity is None:
-                JobActivity.objects.create(
-                    operator_id=operator_id,
-                    job_id=job_pk,
-                    first_data_ts=first,
-                    last_data_ts=last,
-                    received_at=now,
-                )
-            else:
-                activity.first_data_ts = min(activity.first_data_ts, first)
-                activity.last_data_ts = max(activity.last_data_ts, last)
-                activity.received_at = now
-                activity.save(update_fields=["first_data_ts", "last_data_ts", "received_at"])
+            _widen_activity(operator_id, job_pk, first, last, now)
     scheduled = [pk for pk in spans if cache.add(_debounce_key(operator_id, pk), 1, DEBOUNCE_S)]
     for job_pk in scheduled:
         transaction.on_commit(lambda pk=job_pk: schedule_job_evaluation(operator_id, pk))  # type: ignore[misc]
     return scheduled
+
+
+def _widen_activity(
+    operator_id: int, job_pk: int, first: float, last: float, now: datetime
+) -> None:
+    """Widen the job's data span in one statement (min/max in SQL): batches of one job are
+    stored concurrently by ingest's writer threads and by other ingest processes, and a
+    read-modify-write here would lose the later one's span."""
+    rows = JobActivity.objects.for_tenant(operator_id).filter(job_id=job_pk)
+    widen = {
+        "first_data_ts": Least(F("first_data_ts"), Value(first)),
+        "last_data_ts": Greatest(F("last_data_ts"), Value(last)),
+        "received_at": now,
+    }
+    if rows.update(**widen):
+        return
+    try:
+        with transaction.atomic():
+            JobActivity.objects.create(
+                operator_id=operator_id,
+                job_id=job_pk,
+                first_data_ts=first,
+                last_data_ts=last,
+                received_at=now,
+            )
+    except IntegrityError:  # another batch of the job created it meanwhile
+        rows.update(**widen)
 
 
 def _key(*parts: object) -> str:

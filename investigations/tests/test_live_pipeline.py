@@ -273,3 +273,34 @@ def test_fleet_health_fan_out_opens_one_incident_per_degrading_gpu(
     # Fleet health is the operator's: a customer sees none of it.
     with tenant_context(op):
         assert not Incident.objects.for_tenant(a.principal(a.customer_viewer)).exists()
+
+
+def test_concurrent_batches_of_one_job_widen_its_span_without_losing_either() -> None:
+    a = make_tenant("live-g")
+    op = a.operator.pk
+    t0 = time.time() - 600
+    barrier = threading.Barrier(4)
+    errors: list[BaseException] = []
+
+    def store(k: int) -> None:
+        try:
+            batch = gpu_batch(f"agent-{k}", 1, node=f"node-{k}", job="job-c", start=t0 + 100 * k)
+            decoded = decode_batch(batch, Limits())
+            barrier.wait()
+            ingest_services.store_batch(op, decoded)
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=store, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    with tenant_context(op):
+        activity = JobActivity.objects.for_tenant(op).get(job__job_id="job-c")
+    assert (activity.first_data_ts, activity.last_data_ts) == pytest.approx(
+        (t0, t0 + 309), abs=0.01
+    )
