@@ -158,4 +158,22 @@ def run(args: argparse.Namespace) -> int:
     )
     if stats.collector_errors:
         print(f"collector errors: {stats.collector_errors}", file=sys.stderr)
-    return 0
+    return 1 if _report_rejections(sinks) else 0
+
+
+def _report_rejections(sinks: list[Sink]) -> int:
+    """Batches ingest refused (`sender.stats.rejected` of the gRPC sink): they are not
+    retried, so say so loudly rather than exit as if everything arrived."""
+    total = 0
+    for sink in sinks:
+        sender_stats = getattr(getattr(sink, "sender", None), "stats", None)
+        rejected = getattr(sender_stats, "rejected", None) or []
+        if rejected:
+            total += len(rejected)
+            seq, why = rejected[0]
+            print(
+                f"proof-agent run: ingest rejected {len(rejected)} batch(es); "
+                f"first, batch {seq}: {why}",
+                file=sys.stderr,
+            )
+    return total
