@@ -60,7 +60,9 @@ def subject_matches(truth: dict[str, Any] | None, got: dict[str, Any]) -> bool:
     return all(got.get(k) == v for k, v in truth.items() if v is not None)
 
 
-def run_one(scenario: str, seed: int, duration: float, nodes: int, gpn: int, tmp: str) -> Outcome:
+def run_one(
+    scenario: str, seed: int, duration: float, nodes: int | None, gpn: int | None, tmp: str
+) -> Outcome:
     from agent.sim import simulate
     from investigations.analyze import analyze_trace
 
@@ -136,8 +138,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--duration", type=float, default=600.0, help="trace length in seconds (default 600)"
     )
-    parser.add_argument("--nodes", type=int, default=2, help="nodes per job (default 2)")
-    parser.add_argument("--gpus-per-node", type=int, default=4, help="GPUs per node (default 4)")
+    parser.add_argument(
+        "--nodes",
+        type=int,
+        default=2,
+        help="nodes per job (default 2; 0: each scenario's own random size)",
+    )
+    parser.add_argument(
+        "--gpus-per-node",
+        type=int,
+        default=4,
+        help="GPUs per node (default 4; 0: the simulator's 8)",
+    )
+    parser.add_argument("--first-seed", type=int, default=0, help="first seed (default 0)")
     parser.add_argument("--scenario", action="append", help="only these scenarios (repeatable)")
     parser.add_argument("--verbose", action="store_true", help="one line per run")
 
@@ -156,8 +169,10 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="proof-eval-") as tmp:
         for name in names:
-            for seed in range(args.seeds):
-                o = run_one(name, seed, args.duration, args.nodes, args.gpus_per_node, tmp)
+            for seed in range(args.first_seed, args.first_seed + args.seeds):
+                o = run_one(
+                    name, seed, args.duration, args.nodes or None, args.gpus_per_node or None, tmp
+                )
                 outcomes.append(o)
                 if args.verbose:
                     got = [v["family"] for v in o.verdicts]
@@ -171,6 +186,6 @@ def run(args: argparse.Namespace) -> int:
     print(format_table(fams, hv, hr))
     print(
         f"{len(outcomes)} runs, {args.seeds} seed(s), {args.duration:.0f} s traces, "
-        f"{args.nodes}x{args.gpus_per_node} GPUs, {time.perf_counter() - t0:.0f} s"
+        f"{args.nodes or 'random'}x{args.gpus_per_node or 8} GPUs, {time.perf_counter() - t0:.0f} s"
     )
     return 0
