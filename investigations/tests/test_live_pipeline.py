@@ -304,3 +304,15 @@ def test_concurrent_batches_of_one_job_widen_its_span_without_losing_either() ->
     assert (activity.first_data_ts, activity.last_data_ts) == pytest.approx(
         (t0, t0 + 309), abs=0.01
     )
+
+
+def test_evaluation_tasks_take_the_operator_id_first() -> None:
+    from investigations.tasks import evaluate_fleet_health, evaluate_job
+
+    with pytest.raises(TypeError, match="operator id"):
+        evaluate_job("1", 1)
+    with pytest.raises(TypeError, match="operator id"):
+        evaluate_fleet_health(None, "GPU-1")
+    a = make_tenant("live-h")
+    assert evaluate_job(a.operator.pk, 999_999) == "no_data"
+    assert evaluate_fleet_health(a.operator.pk, "GPU-unknown") == "no_data"
