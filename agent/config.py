@@ -25,6 +25,9 @@ DEFAULT_PATH = "/etc/proof-agent/proof-agent.toml"
 ENV_PATH = "PROOF_AGENT_CONFIG"
 ENV_PREFIX = "PROOF_AGENT_"
 DCGM_MODES = ("bindings", "exporter", "off")
+EBPF_PROBE_GROUPS = ("launch", "sync", "memcpy", "nccl")  # agent.ebpf.calls.PROBE_GROUPS
+# The [paths] defaults that live under /proc: they follow a relocated proc_root.
+DEFAULT_PATHS = {"mountstats": "/proc/self/mountstats", "diskstats": "/proc/diskstats"}
 
 
 class ConfigError(ValueError):
@@ -90,6 +93,15 @@ class DcgmSection:
 @dataclass
 class EbpfSection:
     enabled: bool = _opt(True, "uprobes on libcuda/libnccl (needs root and bcc)")
+    probe_groups: list[str] = field(
+        default_factory=list,
+        metadata={
+            "doc": "which call groups to probe: launch, sync, memcpy, nccl; empty = all four"
+        },
+    )
+    capture_output: bool = _opt(
+        True, "also capture what GPU processes write to stdout/stderr (fd 1/2) through eBPF"
+    )
 
 
 @dataclass
@@ -252,6 +264,12 @@ def _check(cfg: AgentConfig) -> None:
         )
     if not cfg.agent.interval_s > 0:
         raise ConfigError(f"{src}: [agent] interval_s must be > 0, got {cfg.agent.interval_s!r}")
+    for group in cfg.ebpf.probe_groups:
+        if group not in EBPF_PROBE_GROUPS:
+            raise ConfigError(
+                f"{src}: [ebpf] probe_groups: unknown group {group!r} "
+                f"(one of {', '.join(EBPF_PROBE_GROUPS)})"
+            )
     if cfg.spool.max_mib <= 0:
         raise ConfigError(f"{src}: [spool] max_mib must be > 0, got {cfg.spool.max_mib!r}")
     if cfg.agent.log_level.lower() not in ("debug", "info", "warning", "error"):

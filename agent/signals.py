@@ -156,6 +156,9 @@ EVENT_COLLECTOR_ERROR = "collector_error"  # a source failed; the agent keeps ru
 # A process the agent saw (GPU process) is gone from /proc and its exit code is unknown (it was
 # not the agent's child); a known exit code is an `exit` record instead.
 EVENT_PROCESS_GONE = "process_gone"
+# The agent's on-disk spool hit its size cap during an ingest outage and dropped its oldest
+# unsent batches (`value` = batches dropped this time; labels carry the running totals).
+EVENT_SPOOL_DROPPED = "spool_dropped"
 EVENT_NAMES: tuple[str, ...] = (
     EVENT_XID,
     EVENT_ECC_DBE,
@@ -164,6 +167,7 @@ EVENT_NAMES: tuple[str, ...] = (
     EVENT_GPU_LOST,
     EVENT_COLLECTOR_ERROR,
     EVENT_PROCESS_GONE,
+    EVENT_SPOOL_DROPPED,
 )
 
 

@@ -46,6 +46,7 @@ class SimGpu:
     remapped_rows: tuple[int, int, int, int] = (0, 0, 0, 0)  # corr, unc, pending, failure
     nvlink_crc_flit: list[int] = field(default_factory=lambda: [0] * 18)  # one per active link
     processes: list[tuple[int, int]] = field(default_factory=list)  # (pid, used bytes)
+    pci_bus_id: str = ""  # NVML's form, "00000000:1B:00.0"; empty = derived from the index
     unsupported: set[str] = field(default_factory=set)
     errors: dict[str, int] = field(default_factory=dict)
     lost: bool = False
@@ -215,6 +216,12 @@ class SimulatedNvml:
 
     def nvmlDeviceGetIndex(self, handle: _Handle) -> int:
         return handle.index
+
+    def nvmlDeviceGetPciInfo(self, handle: _Handle) -> Any:
+        gpu = self._gpu("nvmlDeviceGetPciInfo", handle)
+        info = _real.nvmlPciInfo_t()
+        info.busId = (gpu.pci_bus_id or f"00000000:{0x18 + 0x10 * handle.index:02X}:00.0").encode()
+        return info
 
     def nvmlDeviceGetUtilizationRates(self, handle: _Handle) -> Any:
         g = self._gpu("nvmlDeviceGetUtilizationRates", handle)

@@ -33,17 +33,27 @@ def parse_speed(text: str) -> float:
 def add_backend_arguments(parser: argparse.ArgumentParser, *, default_duration: float) -> None:
     parser.add_argument(
         "--backend",
-        choices=("sim",),
-        default="sim",
-        help="where the collectors read from: 'sim' = the simulated GPU fleet",
+        choices=("node", "sim"),
+        default=None,
+        help="where the collectors read from: 'node' (the default) = this node's GPUs, kernel, "
+        "fabric, storage and job logs as --config enables them; 'sim' = the simulated fleet "
+        "(the default when --scenario is given)",
+    )
+    parser.add_argument(
+        "--config",
+        default=None,
+        help="agent config file (--backend node; default $PROOF_AGENT_CONFIG, else "
+        "/etc/proof-agent/proof-agent.toml)",
     )
     parser.add_argument("--scenario", default=None, help="simulator scenario (--backend sim)")
     parser.add_argument("--seed", type=int, default=1, help="simulator seed (default 1)")
+    parser.set_defaults(default_duration=default_duration)
     parser.add_argument(
         "--duration",
         type=float,
-        default=default_duration,
-        help=f"simulated seconds to run (default {default_duration:g})",
+        default=None,
+        help=f"simulated seconds to run (default {default_duration:g}; --backend node: "
+        "run until stopped unless given)",
     )
     parser.add_argument(
         "--speed",
@@ -66,7 +76,10 @@ def add_backend_arguments(parser: argparse.ArgumentParser, *, default_duration: 
         "otherwise now minus --duration, so an accelerated run ends about now)",
     )
     parser.add_argument(
-        "--interval", type=float, default=1.0, help="collection interval, seconds (default 1)"
+        "--interval",
+        type=float,
+        default=None,
+        help="collection interval, seconds (default: the config's [agent] interval_s, else 1)",
     )
 
 
@@ -78,18 +91,85 @@ class Assembled:
     until: float | None  # clock time to stop at (None: until stopped)
     meta: dict[str, Any]
     truth: Any
+    interval: float = 1.0
+    config: Any = None  # the AgentConfig (--backend node)
 
 
 def assemble(args: argparse.Namespace) -> Assembled:
     """Build the collectors and clock the command's arguments ask for."""
+    if args.backend is None:
+        args.backend = "sim" if args.scenario else "node"
     if args.backend == "sim":
-        return _assemble_sim(args)
+        assembled = _assemble_sim(args)
+        if args.interval is not None:
+            assembled.interval = args.interval
+        return assembled
+    if args.backend == "node":
+        return _assemble_node(args)
     raise BackendError(f"unknown backend {args.backend!r}")
+
+
+def _assemble_node(
+    args: argparse.Namespace, *, clock: Clock | None = None, **inject: Any
+) -> Assembled:
+    """This node's collectors from the config file (agent.runtime.node_backend).
+
+    `inject` (tests, the bench): `nvml`, `fetch`, `ebpf_status` for NodeBackend.from_config."""
+    from agent.config import ConfigError, load_config
+    from agent.runtime import SystemClock
+    from agent.runtime.node_backend import NodeBackend
+
+    try:
+        cfg = load_config(args.config)
+    except ConfigError as exc:
+        raise BackendError(str(exc)) from exc
+    logging.getLogger("agent").setLevel(cfg.agent.log_level.upper())
+    if args.scenario:
+        raise BackendError("--scenario is for --backend sim")
+    backend = NodeBackend.from_config(cfg, node=args.node, **inject)
+    facts = backend.node_facts()
+    meta: dict[str, Any] = {
+        "backend": "node",
+        "node": backend.node,
+        "recorded_by": "proof-agent",
+        "gpus": facts["gpus"],
+        "collectors": backend.names,
+    }
+    for key in ("driver_version", "cuda_version"):
+        if facts.get(key):
+            meta[key] = facts[key]
+    try:
+        from importlib.metadata import version
+
+        meta["agent_version"] = version("proof")
+    except Exception:  # not installed as a distribution (zipapp): leave it out
+        pass
+    log.info(
+        "node %s: %d GPUs; collectors %s%s",
+        backend.node,
+        len(facts["gpus"]),
+        ", ".join(backend.names),
+        f"; eBPF off: {backend.ebpf_reason}" if backend.ebpf_reason else "",
+    )
+    clock = clock or SystemClock()
+    until = clock.now() + args.duration if args.duration else None
+    return Assembled(
+        collectors=backend.collectors,
+        clock=clock,
+        node=backend.node,
+        until=until,
+        meta=meta,
+        truth=None,
+        interval=args.interval if args.interval is not None else cfg.agent.interval_s,
+        config=cfg,
+    )
 
 
 def _assemble_sim(args: argparse.Namespace) -> Assembled:
     from agent.runtime.sim_backend import SimBackend
 
+    if args.duration is None:
+        args.duration = args.default_duration
     if not args.scenario:
         raise BackendError("--backend sim needs --scenario (see `proof simulate --list`)")
     try:

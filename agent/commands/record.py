@@ -3,6 +3,9 @@
     proof-agent record --out run.jsonl.gz --backend sim --scenario slow_rank --speed max \\
         --duration 600
 
+    proof-agent record --out node.jsonl.gz --config /etc/proof-agent/proof-agent.toml \\
+        --duration 60          # this node's real sources, for a minute
+
 The records go through the same collectors, identity join and loop as `proof-agent run`; only
 the sink differs (a trace file instead of the transport). Ctrl-C stops and closes the trace
 cleanly.
@@ -41,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
         assembled.collectors,
         sink,
         clock=assembled.clock,
-        interval=args.interval,
+        interval=assembled.interval,
         node=assembled.node,
     )
     previous = _stop_on_signals(agent)

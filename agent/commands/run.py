@@ -1,6 +1,11 @@
 """`proof-agent run`: the node agent — collect every interval, key, and ship to ingest.
 
+    proof-agent run --config /etc/proof-agent/proof-agent.toml      # a real node (systemd)
     proof-agent run --backend sim --scenario slow_rank --speed 60 --server ingest:7443 --token T
+
+The default backend, "node", reads every source the config enables (agent.runtime.
+node_backend); the ingest address, token and spool come from its [server] and [spool]
+sections, and `--server/--token/--spool-dir` override them.
 
 With `--server` the records go to ingest over gRPC (the durable transport, with its on-disk
 spool); with `--out` to a trace file; with neither, each interval's record counts are printed
@@ -90,7 +95,9 @@ class TeeSink:
             sink.close()
 
 
-def _transport_sink(args: argparse.Namespace, meta: dict[str, Any]) -> Sink:
+def _transport_sink(
+    args: argparse.Namespace, meta: dict[str, Any], spool_max_bytes: int | None = None
+) -> Sink:
     if not args.token:
         raise BackendError("--server needs --token (an agent token from the console)")
     try:
@@ -106,8 +113,11 @@ def _transport_sink(args: argparse.Namespace, meta: dict[str, Any]) -> Sink:
     if factory is None:
         raise BackendError(f"{TRANSPORT_MODULE} has no make_sink(); transport not available yet")
     try:
+        extra: dict[str, Any] = {}
+        if spool_max_bytes is not None:
+            extra["spool_max_bytes"] = spool_max_bytes
         sink: Sink = factory(
-            server=args.server, token=args.token, spool_dir=args.spool_dir, meta=meta
+            server=args.server, token=args.token, spool_dir=args.spool_dir, meta=meta, **extra
         )
     except Exception as exc:  # grpc.RpcError and friends; grpc is imported only with --server
         details = getattr(exc, "details", None)
@@ -119,9 +129,20 @@ def _transport_sink(args: argparse.Namespace, meta: dict[str, Any]) -> Sink:
 def run(args: argparse.Namespace) -> int:
     try:
         assembled = assemble(args)
+        cfg = assembled.config
+        spool_max_bytes = None
+        if cfg is not None:  # --backend node: the config's [server]/[spool] unless overridden
+            args.server = args.server or cfg.server.address or None
+            if args.server and not args.token:
+                try:
+                    args.token = cfg.resolved_token() or None
+                except ValueError as exc:  # ConfigError: the token file cannot be read
+                    raise BackendError(str(exc)) from exc
+            args.spool_dir = args.spool_dir or cfg.spool.dir
+            spool_max_bytes = cfg.spool.max_mib << 20
         sinks: list[Sink] = []
         if args.server:
-            sinks.append(_transport_sink(args, assembled.meta))
+            sinks.append(_transport_sink(args, assembled.meta, spool_max_bytes))
         if args.out:
             sinks.append(TraceSink(args.out, assembled.meta, truth=assembled.truth))
         if not sinks:
@@ -137,7 +158,7 @@ def run(args: argparse.Namespace) -> int:
         assembled.collectors,
         sink,
         clock=assembled.clock,
-        interval=args.interval,
+        interval=assembled.interval,
         node=assembled.node,
     )
 

@@ -226,7 +226,7 @@ def test_record_command_errors_clearly(tmp_path: Path, capsys: pytest.CaptureFix
     code = agent_main(["record", "--out", str(tmp_path / "x.jsonl"), "--scenario", "nope"])
     assert code == 2
     assert "unknown scenario 'nope'" in capsys.readouterr().err
-    code = agent_main(["record", "--out", str(tmp_path / "x.jsonl")])
+    code = agent_main(["record", "--out", str(tmp_path / "x.jsonl"), "--backend", "sim"])
     assert code == 2
     assert "needs --scenario" in capsys.readouterr().err
 
