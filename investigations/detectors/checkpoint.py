@@ -36,7 +36,9 @@ def _all_idle(w: JobWindow) -> np.ndarray | None:
     """(T,) samples where no rank launched a kernel (eBPF), or no rank's engine was active."""
     launches = w.proc.get(signals.CUDA_LAUNCHES)
     if launches is not None and np.isfinite(launches).any():
-        return np.nan_to_num(launches, nan=0.0).max(axis=0) <= 0
+        # A sample no rank reported (a collection gap) is not counted as idle.
+        reported = np.isfinite(launches).any(axis=0)
+        return (np.nan_to_num(launches, nan=0.0).max(axis=0) <= 0) & reported
     eng = w.gpu.get(signals.DCGM_FI_PROF_GR_ENGINE_ACTIVE)
     if eng is None:
         eng = w.gpu.get(signals.DCGM_FI_DEV_GPU_UTIL)

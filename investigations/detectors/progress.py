@@ -320,7 +320,10 @@ def detect_collective_hang(w: JobWindow) -> list[Finding]:
     eng = w.gpu.get(signals.DCGM_FI_PROF_GR_ENGINE_ACTIVE)
     tensor = w.gpu.get(signals.DCGM_FI_PROF_PIPE_TENSOR_ACTIVE)
     if launches is not None and np.isfinite(launches).any():
-        none = np.nan_to_num(launches, nan=0.0).max(axis=0) <= 0
+        # Only while the processes are alive (reporting): after the watchdog killed the job,
+        # its GPUs may still read busy, but nothing is hanging any more.
+        alive = np.isfinite(launches).sum(axis=0) >= w.world - 1
+        none = (np.nan_to_num(launches, nan=0.0).max(axis=0) <= 0) & alive
         source = signals.CUDA_LAUNCHES
     elif tensor is not None and eng is not None and np.isfinite(tensor).any():
         # Without eBPF: no rank's tensor pipes compute (≤ 2% — an NCCL kernel spinning does
@@ -338,18 +341,26 @@ def detect_collective_hang(w: JobWindow) -> list[Finding]:
         blocked |= np.nan_to_num(eng, nan=0.0) >= 0.9
     quorum = blocked.sum(axis=0) >= w.world - 1
     hang = none & quorum
-    # Longest run of hang samples.
+    # Samples where no rank reported at all (a collection gap) neither start nor end a hang.
+    seen = launches if source == signals.CUDA_LAUNCHES else tensor
+    gap: np.ndarray = (
+        ~np.isfinite(seen).any(axis=0) if seen is not None else np.zeros(len(w.times), bool)
+    )
+    # Longest run of hang samples, bridging collection gaps.
     best = (0, 0)
     i = 0
     n = len(hang)
     while i < n:
         if hang[i]:
             j = i
-            while j < n and hang[j]:
+            last = i
+            while j < n and (hang[j] or gap[j]):
+                if hang[j]:
+                    last = j
                 j += 1
-            if j - i > best[1] - best[0]:
-                best = (i, j)
-            i = j
+            if last + 1 - i > best[1] - best[0]:
+                best = (i, last + 1)
+            i = last + 1
         else:
             i += 1
     a_i, b_i = best

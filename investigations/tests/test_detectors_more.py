@@ -124,6 +124,18 @@ def test_collective_hang_names_the_rank_that_never_arrived() -> None:
     assert detect_collective_hang(healthy) == []
 
 
+def test_collective_hang_bridges_a_collection_gap() -> None:
+    rng = np.random.default_rng(13)
+    w = window(n=N, sync=healthy_sync(rng, n=N))
+    w.proc[signals.CUDA_LAUNCHES][:, 200:] = 0
+    w.proc[signals.CUDA_SYNC_MS][:, 200:] = 1000.0
+    w.proc[signals.CUDA_SYNC_MS][4, 200:] = 0.0
+    for name in (signals.CUDA_LAUNCHES, signals.CUDA_SYNC_MS):
+        w.proc[name][:, 230:236] = np.nan  # the agent lost six samples in the middle
+    found = detect_collective_hang(w)
+    assert len(found) == 1 and found[0].interval[0] == T0 + 200 and found[0].subject["rank"] == 4
+
+
 def test_collective_hang_without_ebpf_from_gpu_activity() -> None:
     rng = np.random.default_rng(12)
     tensor = 0.45 + rng.normal(0, 0.01, (8, N))
