@@ -14,7 +14,7 @@ import numpy as np
 
 from agent import signals
 from investigations.detectors.common import gpu_hours, hhmmss
-from investigations.findings import INFRASTRUCTURE, Finding, subject
+from investigations.findings import INFRASTRUCTURE, Cleared, Finding, subject
 from investigations.store import SeriesData
 from investigations.window import JobWindow
 
@@ -240,6 +240,14 @@ def detect_checkpoint_stall(w: JobWindow) -> list[Finding]:
         0,
         "hardware/link events on the job's nodes while the saves stalled (none: the storage is "
         "slow, not failing)",
+    )
+    f.cleared.append(
+        Cleared(
+            "storage",
+            "implicated",
+            [e_lat] + ([e_tp] if e_tp else []),
+            f"{mount}: write latency during saves far above its own normal, without errors",
+        )
     )
     f.summary = (
         f"{len(stalls)} checkpoint save(s) froze all {w.world} ranks for "

@@ -61,6 +61,7 @@ def test_checkpoint_stall_on_slow_shared_mount() -> None:
     f = found[0]
     assert f.category == "infrastructure" and f.subject["mount"] == "/shared"
     assert abs(f.interval[0] - (T0 + 100)) <= 5
+    assert [(c.check, c.result) for c in f.cleared] == [("storage", "implicated")]
 
 
 def test_fast_local_checkpoint_is_not_a_stall() -> None:
