@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import queue
+import random
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -40,6 +41,10 @@ def open_channel(
     options: list[tuple[str, Any]] = [
         ("grpc.max_send_message_length", max_message_bytes),
         ("grpc.keepalive_time_ms", 30_000),
+        # gRPC's own reconnect backoff (default cap 120 s) under the sender's, so a stream is
+        # back within about a minute of ingest's return.
+        ("grpc.initial_reconnect_backoff_ms", 500),
+        ("grpc.max_reconnect_backoff_ms", 30_000),
     ]
     if tls is None:
         return grpc.insecure_channel(target, options=options)
@@ -75,6 +80,7 @@ class BatchSender:
         *,
         window: int = 8,
         retry_delay: float = 0.5,
+        max_retry_delay: float = 60.0,
         on_ack: Callable[[Any], None] | None = None,
         on_reject: Callable[[int, str], None] | None = None,
         keep_latencies: bool = True,
@@ -83,6 +89,9 @@ class BatchSender:
         self.metadata = (("authorization", f"Bearer {token}"),)
         self.window = window
         self.retry_delay = retry_delay
+        self.max_retry_delay = max_retry_delay
+        self._failures = 0  # consecutive broken streams without an ack: the backoff exponent
+        self.backoff_delays: list[float] = []  # the last reconnect waits, for tests/doctor
         self.on_ack = on_ack
         self.on_reject = on_reject
         self.keep_latencies = keep_latencies
@@ -104,13 +113,16 @@ class BatchSender:
         hostname: str,
         agent_version: str,
         gpus: Sequence[dict[str, Any]] = (),
+        wait_for_ready: bool = False,
     ) -> Any:
         request = ingest_pb2.RegisterRequest(
             agent_id=agent_id, hostname=hostname, agent_version=agent_version
         )
         for gpu in gpus:
             request.gpus.add(**gpu)
-        return self.stub.Register(request, metadata=self.metadata, timeout=30)
+        return self.stub.Register(
+            request, metadata=self.metadata, timeout=30, wait_for_ready=wait_for_ready
+        )
 
     def send(self, batch: Any, timeout: float | None = None) -> None:
         """Queue a batch for delivery; blocks while `window` batches await their ack."""
@@ -148,6 +160,7 @@ class BatchSender:
         with self._lock:
             self._closed = True
             self._outbox.put(_END)
+            self._lock.notify_all()
         self._thread.join(timeout=5)
         return done
 
@@ -176,12 +189,26 @@ class BatchSender:
             call = self.stub.Stream(self._requests(resend, outbox), metadata=self.metadata)
             try:
                 for ack in call:
+                    self._failures = 0
                     self._acked(ack)
                 time.sleep(self.retry_delay)  # the server ended the stream: reopen it
             except grpc.RpcError as exc:
                 if not self._handle_error(exc):
                     return
-                time.sleep(self.retry_delay)
+                self._backoff()
+
+    def _backoff(self) -> None:
+        """Wait before reconnecting: exponential in the consecutive failures, capped at
+        `max_retry_delay`, with full jitter over its upper half (so a fleet of agents that lost
+        ingest at the same moment does not come back in lockstep)."""
+        ceiling = min(self.max_retry_delay, self.retry_delay * (2 ** min(self._failures, 30)))
+        self._failures += 1
+        delay = random.uniform(ceiling / 2, ceiling)
+        self.backoff_delays = [*self.backoff_delays[-63:], delay]
+        until = time.monotonic() + delay
+        with self._lock:  # close() wakes us rather than waiting out a long backoff
+            while not self._closed and (left := until - time.monotonic()) > 0:
+                self._lock.wait(left)
 
     def _acked(self, ack: Any) -> None:
         with self._lock:

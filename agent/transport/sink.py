@@ -13,13 +13,18 @@ from __future__ import annotations
 import collections
 import logging
 import os
+import random
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import grpc
+
+from agent import signals
 from agent.transport.client import BatchSender, TlsConfig, open_channel
 from agent.transport.encode import BatchBuilder
 from agent.wire import ingest_pb2
@@ -46,6 +51,8 @@ class GrpcSink:
         self.builder = BatchBuilder(agent_id)
         self.max_batch_samples = max_batch_samples
         self.dropped_batches = 0
+        # Spool drops already reported (log line + `spool_dropped` event in the next batch).
+        self._reported_drops = spool.dropped_batches if spool is not None else 0
         self._next_sequence = first_sequence
         self._memory: collections.deque[Any] = collections.deque(maxlen=max_memory_batches)
         self._lock = threading.Lock()
@@ -91,6 +98,7 @@ class GrpcSink:
             batch = self.builder.build(sequence)
             stored = self.spool.append(batch.SerializeToString())
             assert stored == sequence, (stored, sequence)
+            self._report_drops()
         else:
             batch = self.builder.build(self._next_sequence)
             self._next_sequence += 1
@@ -99,6 +107,41 @@ class GrpcSink:
             self._memory.append(batch)
         with self._wake:
             self._wake.notify_all()
+
+    def _report_drops(self) -> None:
+        """The spool hit its cap and dropped its oldest batches: say so in the log and as an
+        event the server stores (it rides in the next batch)."""
+        dropped = self.spool.dropped_batches
+        if dropped <= self._reported_drops:
+            return
+        new = dropped - self._reported_drops
+        self._reported_drops = dropped
+        log.warning(
+            "spool full (cap %d bytes): dropped the %d oldest unsent batch(es), %d in all "
+            "(%d bytes), through sequence %d",
+            self.spool.max_bytes,
+            new,
+            dropped,
+            self.spool.dropped_bytes,
+            self.spool.dropped_through,
+        )
+        self.builder.extend(
+            [
+                {
+                    "type": "event",
+                    "ts": time.time(),
+                    "name": signals.EVENT_SPOOL_DROPPED,
+                    "value": new,
+                    "text": f"agent spool full: {new} oldest unsent batch(es) dropped "
+                    f"({dropped} since the spool was created, through sequence "
+                    f"{self.spool.dropped_through})",
+                    "labels": {
+                        "dropped_total": str(dropped),
+                        "dropped_bytes": str(self.spool.dropped_bytes),
+                    },
+                }
+            ]
+        )
 
     def _next_batches(self) -> list[Any]:
         if self.spool is not None:
@@ -159,7 +202,12 @@ def _agent_id(spool_dir: str | None, meta: dict[str, Any]) -> str:
 
 
 def make_sink(
-    *, server: str, token: str, spool_dir: str | None = None, meta: dict[str, Any] | None = None
+    *,
+    server: str,
+    token: str,
+    spool_dir: str | None = None,
+    meta: dict[str, Any] | None = None,
+    spool_max_bytes: int | None = None,
 ) -> GrpcSink:
     """The factory `proof-agent run --server` uses. Plaintext to a loopback server, TLS (the
     system's roots, or PROOF_AGENT_CA_CERT) to anything else."""
@@ -169,31 +217,84 @@ def make_sink(
     tls = None if loopback else TlsConfig(root_cert=os.environ.get("PROOF_AGENT_CA_CERT"))
     sender = BatchSender(open_channel(server, tls), token)
     agent_id = _agent_id(spool_dir, meta)
-    reply = sender.register(
-        agent_id=agent_id,
-        hostname=str(meta.get("node") or socket.gethostname()),
-        agent_version=str(meta.get("agent_version") or ""),
-        gpus=[
-            {
-                k: g[k]
-                for k in ("uuid", "index", "model", "memory_mib", "driver_version", "cuda_version")
-                if g.get(k) is not None
-            }
-            for g in meta.get("gpus") or []
-        ],
-    )
+
+    def register(wait: bool = False) -> Any:
+        return sender.register(
+            agent_id=agent_id,
+            hostname=str(meta.get("node") or socket.gethostname()),
+            agent_version=str(meta.get("agent_version") or ""),
+            gpus=[
+                {
+                    k: g[k]
+                    for k in (
+                        "uuid",
+                        "index",
+                        "model",
+                        "memory_mib",
+                        "driver_version",
+                        "cuda_version",
+                    )
+                    if g.get(k) is not None
+                }
+                for g in meta.get("gpus") or []
+            ],
+            wait_for_ready=wait,
+        )
+
+    try:
+        reply = register()
+    except grpc.RpcError as exc:
+        unreachable = exc.code() in (  # type: ignore[attr-defined]
+            grpc.StatusCode.UNAVAILABLE,
+            grpc.StatusCode.DEADLINE_EXCEEDED,
+        )
+        if not (spool_dir and unreachable):
+            raise
+        # Started during an ingest outage: collect into the spool now, register (and send)
+        # once ingest answers; the stream itself reconnects with backoff.
+        log.warning("ingest %s unreachable at start; spooling until it answers", server)
+        reply = None
+        threading.Thread(
+            target=_register_later, args=(register,), name="proof-register", daemon=True
+        ).start()
     spool = None
     if spool_dir:
         from agent.spool import Spool
 
-        spool = Spool(Path(spool_dir) / "batches")
-        if reply.last_sequence >= spool.next_seq and not spool.pending_batches:
+        spool = Spool(
+            Path(spool_dir) / "batches",
+            **({"max_bytes": spool_max_bytes} if spool_max_bytes else {}),
+        )
+        if (
+            reply is not None
+            and reply.last_sequence >= spool.next_seq
+            and not spool.pending_batches
+        ):
             # The spool was wiped but ingest remembers this id's sequences: take a new id
             # rather than have fresh batches mistaken for resends.
             (Path(spool_dir) / AGENT_ID_FILE).unlink(missing_ok=True)
             agent_id = _agent_id(spool_dir, {})
         return GrpcSink(sender, agent_id, spool=spool)
     return GrpcSink(sender, agent_id, first_sequence=int(reply.last_sequence) + 1)
+
+
+def _register_later(register: Any, max_delay: float = 60.0) -> None:
+    """Retry Register (waiting for the channel) with jittered, capped backoff until it works."""
+    delay = 1.0
+    while True:
+        try:
+            register(wait=True)
+            log.info("registered with ingest")
+            return
+        except grpc.RpcError as exc:
+            if exc.code() in (  # type: ignore[attr-defined]
+                grpc.StatusCode.UNAUTHENTICATED,
+                grpc.StatusCode.PERMISSION_DENIED,
+            ):
+                log.error("ingest refused the agent token: %s", exc.details())  # type: ignore[attr-defined]
+                return
+        time.sleep(random.uniform(delay / 2, delay))
+        delay = min(max_delay, delay * 2)
 
 
 def check_server(cfg: Any, timeout: float = 10.0) -> None:
