@@ -31,12 +31,6 @@ log = logging.getLogger(__name__)
 EbpfStatus = Callable[[], tuple[bool, str]]
 
 
-def _default_ebpf_status() -> tuple[bool, str]:
-    from agent.ebpf import ebpf_status
-
-    return ebpf_status()
-
-
 class JobOutputFollower:
     """Wraps the identity collector: when a Slurm job record with StdOut/StdErr paths passes
     through, the log tail starts following those files (keyed to the job)."""
@@ -74,6 +68,17 @@ class JobOutputFollower:
 
     def __getattr__(self, attr: str) -> Any:  # identity lookups (identity_of, …) pass through
         return getattr(self.inner, attr)
+
+
+def _ebpf_collectors(cfg: AgentConfig, node: str) -> list[Any]:
+    from agent.ebpf import build_collectors
+
+    return build_collectors(
+        node=node,
+        proc_root=cfg.paths.proc_root,
+        capture_output=cfg.ebpf.capture_output,
+        probe_groups=tuple(cfg.ebpf.probe_groups) or None,
+    )
 
 
 def _pci_lookup(nvml: Any, nvml_collector: Any) -> Callable[[str], str | None]:
@@ -170,25 +175,27 @@ class NodeBackend:
         ebpf_reason = None
         if not cfg.ebpf.enabled:
             ebpf_reason = "[ebpf] enabled = false"
-        else:
-            try:
-                ok, why = (ebpf_status or _default_ebpf_status)()
-            except Exception as exc:  # bcc import/compile trouble must not stop the agent
-                ok, why = False, f"check failed: {exc!r}"
+        elif ebpf_status is not None:  # injected check (tests)
+            ok, why = ebpf_status()
             if ok:
-                from agent.ebpf import build_collectors
-
-                collectors.extend(
-                    build_collectors(
-                        node=node,
-                        proc_root=proc,
-                        capture_output=cfg.ebpf.capture_output,
-                        probe_groups=tuple(cfg.ebpf.probe_groups) or None,
-                    )
-                )
+                collectors.extend(_ebpf_collectors(cfg, node))
             else:
                 ebpf_reason = why
-                log.warning("eBPF collectors off: %s", why)
+        else:
+            # Load the probes now (bcc compiles in a short-lived child process, so the agent
+            # does not carry LLVM's memory); a node where BPF cannot load runs without them.
+            try:
+                probes = _ebpf_collectors(cfg, node)
+                ok = bool(probes[0].start())
+                why = probes[0].unavailable_reason or "the probes did not load"
+            except Exception as exc:  # bcc missing or broken must not stop the agent
+                ok, why = False, f"{type(exc).__name__}: {exc}"
+            if ok:
+                collectors.extend(probes)
+            else:
+                ebpf_reason = why
+        if ebpf_reason is not None and cfg.ebpf.enabled:
+            log.warning("eBPF collectors off: %s", ebpf_reason)
 
         if cfg.dcgm.mode == "exporter":
             collectors.append(DcgmExporterCollector(cfg.dcgm.exporter_url, node=node, **http))

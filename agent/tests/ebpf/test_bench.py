@@ -3,11 +3,8 @@ report has every figure."""
 
 from __future__ import annotations
 
-import argparse
-
 import pytest
 
-from agent.commands import bench as bench_command
 from agent.ebpf.bench import KINDS, VARIANTS, format_report, measure_probe_overhead
 
 pytestmark = pytest.mark.bpf
@@ -33,10 +30,3 @@ def test_probe_overhead_is_measured_and_every_call_is_seen() -> None:
     assert result["variants"]["-O0"]["kinds"]["launch"]["first_bytes"].startswith("55")
     report = format_report(result)
     assert "launch" in report and "allreduce" in report and "overhead" in report
-
-
-def test_bench_without_a_part_says_what_it_can_do(capsys: pytest.CaptureFixture[str]) -> None:
-    parser = argparse.ArgumentParser()
-    bench_command.add_arguments(parser)
-    assert bench_command.run(parser.parse_args([])) == 2
-    assert "--ebpf" in capsys.readouterr().err

@@ -1,0 +1,34 @@
+"""`proof-agent bench` (no flags): the collection path of a simulated 8-GPU node through the
+real transport into a loopback ack server, measured. Short runs here; the figures in
+docs/agent.md come from the default 60 s run."""
+
+from __future__ import annotations
+
+import pytest
+
+from agent.cli import main as agent_main
+from agent.runtime.bench_node import bench_node
+
+
+def test_collection_bench_delivers_everything_and_reports_its_cost() -> None:
+    result = bench_node(duration_s=3, ebpf=False)
+    assert result.ticks >= 3 and result.late_ticks == 0
+    # 8 GPUs' device and profiling fields, per-pid cuda/nccl, IB ports, NFS/disk, host
+    assert result.series > 450
+    assert {"sim.dcgm", "sim.nvml", "infiniband", "storage", "host", "logtail"} <= set(
+        result.collectors
+    )
+    # everything went through the spool and was acked by the server process
+    assert result.spool_pending == 0
+    assert result.batches_acked == result.ticks
+    assert result.samples_acked > result.series
+    assert 0 < result.cpu_s < result.wall_s
+    assert 10 < result.peak_rss_mib < 1024
+    assert result.collector_cpu_s["infiniband"] > 0
+
+
+def test_bench_command_prints_series_cores_and_rss(capsys: pytest.CaptureFixture[str]) -> None:
+    assert agent_main(["bench", "--no-ebpf", "--duration", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "series:" in out and " cores" in out and "peak RSS:" in out
+    assert "uprobe cost" not in out
