@@ -16,6 +16,7 @@ and decoding are whole-array numpy operations: no Python loop per sample or per 
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,7 +26,23 @@ MAGIC = b"PB1"
 _HEADER = np.dtype([("series", "<u4"), ("samples", "<u4")])
 _LEVEL = 3
 
-_compressor = zstandard.ZstdCompressor(level=_LEVEL)
+# zstd (de)compressor objects are not thread-safe (sharing one across ingest's writer threads
+# crashes the process): one per thread.
+_local = threading.local()
+
+
+def _compressor() -> zstandard.ZstdCompressor:
+    comp = getattr(_local, "compressor", None)
+    if comp is None:
+        comp = _local.compressor = zstandard.ZstdCompressor(level=_LEVEL)
+    return comp
+
+
+def _decompressor() -> zstandard.ZstdDecompressor:
+    dec = getattr(_local, "decompressor", None)
+    if dec is None:
+        dec = _local.decompressor = zstandard.ZstdDecompressor()
+    return dec
 
 
 class BlockError(ValueError):
@@ -66,7 +83,7 @@ def encode(
     bits = np.ascontiguousarray(values, dtype="<f8").view("<u8")
     xored = bits ^ np.concatenate((np.zeros(1, dtype="<u8"), bits[:-1]))
     body = b"".join((header, sid.tobytes(), cnt.tobytes(), _shuffle(ts), _shuffle(xored)))
-    return MAGIC + _compressor.compress(body)
+    return MAGIC + _compressor().compress(body)
 
 
 def decode(payload: bytes | memoryview) -> DecodedBlock:
@@ -74,7 +91,7 @@ def decode(payload: bytes | memoryview) -> DecodedBlock:
     if raw[:3] != MAGIC:
         raise BlockError("not a sample block (bad magic)")
     try:
-        body = zstandard.ZstdDecompressor().decompress(raw[3:])
+        body = _decompressor().decompress(raw[3:])
     except zstandard.ZstdError as exc:
         raise BlockError(f"corrupt sample block: {exc}") from None
     header = np.frombuffer(body, dtype=_HEADER, count=1)[0]
