@@ -15,7 +15,7 @@ import numpy as np
 from agent import signals
 from investigations.detectors.common import counter_delta
 from investigations.detectors.hardware import HARDWARE_XIDS
-from investigations.findings import Cleared, Finding
+from investigations.findings import INFRASTRUCTURE, Cleared, Finding
 from investigations.window import JobWindow
 
 GPU_CLEARANCE_COUNTERS: tuple[str, ...] = (
@@ -28,8 +28,9 @@ GPU_CLEARANCE_COUNTERS: tuple[str, ...] = (
     signals.DCGM_FI_DEV_PCIE_REPLAY_COUNTER,
 )
 # Counters whose increase alone implicates the hardware. SBE, NVLink CRC and PCIe replays are
-# corrected errors: a handful are normal, so they are reported (as evidence) but implicate only
-# the GPU's link/memory when the detector's own family says so.
+# corrected errors: a handful are normal on a healthy fleet, so on their own they are reported
+# as evidence only; they implicate the hardware when they rose on the GPU an infrastructure
+# verdict blames (the detector already tied that GPU to the slowdown).
 _IMPLICATING = (
     signals.DCGM_FI_DEV_ECC_DBE_VOL_TOTAL,
     signals.DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS,
@@ -56,8 +57,11 @@ def hardware_clearance(
     a = w.t0 if a is None else a
     b = w.t1 if b is None else b
     gpus = [r.gpu for r in w.ranks if r.gpu]
+    blamed_gpu = f.subject.get("gpu") if f.category == INFRASTRUCTURE else None
     hw_ids: list[str] = []
     implicated: list[str] = []
+    implicated_notes: list[str] = []
+    corrected_rises: list[str] = []
     if not gpus or not any(w.gpu_raw.get(g) for g in gpus):
         return []  # no counters seen: the verdict's "could not see" says so
     for name in GPU_CLEARANCE_COUNTERS:
@@ -88,8 +92,11 @@ def hardware_clearance(
             note += " — rose on " + ", ".join(moved[:4])
         eid = f.add(name, (a, b), total, pre, note, job=w.job)
         hw_ids.append(eid)
-        if total > 0 and name in _IMPLICATING:
+        if total > 0 and (name in _IMPLICATING or (blamed_gpu and blamed_gpu in moved)):
             implicated.append(eid)
+            implicated_notes.append(f"{name} +{total:g} [{eid}]")
+        elif total > 0:
+            corrected_rises.append(f"{name} +{total:g}")
     xids = [e for e in w.events if e.name == signals.EVENT_XID and a <= e.ts <= b]
     hard = [e for e in xids if e.value is not None and int(e.value) in HARDWARE_XIDS]
     other = [
@@ -109,31 +116,40 @@ def hardware_clearance(
     hw_ids.append(eid)
     if hard or other:
         implicated.append(eid)
+        implicated_notes.append(
+            f"{len(hard) + len(other)} hardware XID/ECC/GPU-lost event(s) [{eid}]"
+        )
     bits = w.gpu.get(signals.DCGM_FI_DEV_CLOCK_THROTTLE_REASONS)
     if bits is not None:
         sel = (w.times >= a) & (w.times <= b)
         v = np.nan_to_num(bits[:, sel], nan=0.0).astype(np.int64)
-        secs = float(((v & _HW_THROTTLE) != 0).sum()) * w.dt
-        hw_ids.append(
-            f.add(
-                signals.DCGM_FI_DEV_CLOCK_THROTTLE_REASONS,
-                (a, b),
-                secs,
-                0,
-                "GPU-seconds with hardware throttle reasons set (HW slowdown, HW "
-                "thermal, power brake) across the job's GPUs",
-                job=w.job,
-            )
+        throttled = (v & _HW_THROTTLE) != 0
+        secs = float(throttled.sum()) * w.dt
+        blamed_rows = [i for i, r in enumerate(w.ranks) if blamed_gpu and r.gpu == blamed_gpu]
+        blamed_throttled = bool(blamed_rows) and bool(throttled[blamed_rows].any())
+        eid = f.add(
+            signals.DCGM_FI_DEV_CLOCK_THROTTLE_REASONS,
+            (a, b),
+            secs,
+            0,
+            "GPU-seconds with hardware throttle reasons set (HW slowdown, HW "
+            "thermal, power brake) across the job's GPUs",
+            job=w.job,
         )
+        hw_ids.append(eid)
+        if blamed_throttled:
+            implicated.append(eid)
+            implicated_notes.append(f"hardware throttling on the blamed GPU [{eid}]")
+        elif secs > 0:
+            corrected_rises.append(f"hardware throttling {secs:g} GPU-s")
     out = [
         Cleared(
             "hardware",
             "implicated" if implicated else "clear",
             hw_ids,
-            ("hardware errors during the job's window: " + ", ".join(implicated))
+            ("hardware errors during the job's window: " + "; ".join(implicated_notes))
             if implicated
-            else "no uncorrectable ECC, row-remap, XID or hardware throttling change on the "
-            "job's GPUs during its window; pre-existing counts stayed flat",
+            else _clear_note(corrected_rises),
         )
     ]
     ib_ids: list[str] = []
@@ -175,3 +191,14 @@ def hardware_clearance(
             )
         )
     return out
+
+
+def _clear_note(corrected_rises: list[str]) -> str:
+    base = "no uncorrectable ECC, row-remap or hardware XID during the job's window on its GPUs"
+    if not corrected_rises:
+        return base + "; pre-existing counts stayed flat and no hardware throttling"
+    return (
+        base
+        + "; corrected errors/throttling seen, not tied to this verdict's subject: "
+        + ", ".join(corrected_rises)
+    )

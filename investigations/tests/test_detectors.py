@@ -183,3 +183,45 @@ def test_clearance_rising_dbe_is_implicated() -> None:
     f = _finding()
     cleared = hardware_clearance(window(gpu_raw=raw), f)
     assert next(c for c in cleared if c.check == "hardware").result == "implicated"
+
+
+def _replays_rising_on(rank: int) -> dict[str, dict[str, object]]:
+    replays = np.zeros(300)
+    replays[100:] = np.arange(200) * 40.0  # a degraded link replaying steadily
+    return {
+        gpu_uuid(r): {
+            signals.DCGM_FI_DEV_PCIE_REPLAY_COUNTER: counter(
+                gpu_uuid(r),
+                signals.DCGM_FI_DEV_PCIE_REPLAY_COUNTER,
+                replays if r == rank else np.full(300, 26.0),
+            )
+        }
+        for r in range(8)
+    }
+
+
+def test_clearance_corrected_errors_on_the_blamed_gpu_implicate_the_hardware() -> None:
+    f = Finding(
+        "slow_rank",
+        "infrastructure",
+        "t",
+        "s",
+        "r",
+        "x",
+        0.9,
+        (T0, T0 + 299),
+        subject(job="J1", gpu=gpu_uuid(5), rank=5),
+    )
+    cleared = hardware_clearance(window(gpu_raw=_replays_rising_on(5)), f)
+    hw = next(c for c in cleared if c.check == "hardware")
+    assert hw.result == "implicated"
+    assert signals.DCGM_FI_DEV_PCIE_REPLAY_COUNTER in hw.note
+
+
+def test_clearance_corrected_errors_elsewhere_are_reported_not_implicating() -> None:
+    f = _finding()  # a job-category verdict blames no GPU
+    cleared = hardware_clearance(window(gpu_raw=_replays_rising_on(5)), f)
+    hw = next(c for c in cleared if c.check == "hardware")
+    assert hw.result == "clear"
+    assert "stayed flat" not in hw.note  # never claims flat counters when one rose
+    assert signals.DCGM_FI_DEV_PCIE_REPLAY_COUNTER in hw.note
