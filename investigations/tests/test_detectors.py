@@ -16,7 +16,7 @@ from investigations.detectors import (
     run_detectors,
 )
 from investigations.findings import Finding, subject
-from investigations.store import EventRow
+from investigations.store import EventRow, SeriesData
 from investigations.tests.synthetic import (
     T0,
     counter,
@@ -185,7 +185,7 @@ def test_clearance_rising_dbe_is_implicated() -> None:
     assert next(c for c in cleared if c.check == "hardware").result == "implicated"
 
 
-def _replays_rising_on(rank: int) -> dict[str, dict[str, object]]:
+def _replays_rising_on(rank: int) -> dict[str, dict[str, SeriesData]]:
     replays = np.zeros(300)
     replays[100:] = np.arange(200) * 40.0  # a degraded link replaying steadily
     return {
