@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -564,33 +565,27 @@ def _checkpoint(kind: str, m: re.Match[str], line: str) -> ParsedLine:
 
 
 # --- auto-detection --------------------------------------------------------------------------
+_FRAMEWORK_PARSERS: tuple[Callable[[str], ParsedLine | None], ...] = (
+    parse_megatron,
+    parse_nanogpt,
+    parse_torchtitan,
+    parse_hf_trainer,
+    parse_deepspeed,
+    parse_axolotl,
+    parse_lightning,
+)
+
+
 def _parse_body(line: str) -> ParsedLine | None:
     if line.startswith(_PY_TB_START) or (
         line.startswith("Exception raised from") and _CPP_TB_START.match(line)
     ):
         return ParsedLine(TRACEBACK_START, PYTORCH)
     # Order: most specific and most frequent first; every parser starts with a substring gate.
-    p = parse_megatron(line)
-    if p is not None:
-        return p
-    p = parse_nanogpt(line)
-    if p is not None:
-        return p
-    p = parse_torchtitan(line)
-    if p is not None:
-        return p
-    p = parse_hf_trainer(line)
-    if p is not None:
-        return p
-    p = parse_deepspeed(line)
-    if p is not None:
-        return p
-    p = parse_axolotl(line)
-    if p is not None:
-        return p
-    p = parse_lightning(line)
-    if p is not None:
-        return p
+    for parse in _FRAMEWORK_PARSERS:
+        p = parse(line)
+        if p is not None:
+            return p
     p = parse_common(line)
     if p is not None:
         if p.kind in (CHECKPOINT_BEGIN, CHECKPOINT_END, COMPLETED) and p.step is None:

@@ -20,20 +20,17 @@ from typing import IO, Any
 
 import numpy as np
 
-from agent.trace.records import FORMAT, TYPE_META, TYPE_SAMPLE, VERSION, _Base, check_record
+from agent.trace.records import (
+    _IDENTITY_ORDER,
+    FORMAT,
+    TYPE_META,
+    TYPE_SAMPLE,
+    VERSION,
+    _Base,
+    check_record,
+)
 
 _dumps = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode
-
-_IDENTITY_COLUMNS: tuple[str, ...] = (
-    "node",
-    "gpu",
-    "gpu_index",
-    "pid",
-    "job",
-    "rank",
-    "local_rank",
-    "step",
-)
 
 
 class TraceError(ValueError):
@@ -71,15 +68,15 @@ class SampleColumns:
         extra: Mapping[str, Any] | None = None,
         **identity: Any,
     ) -> None:
-        unknown = set(identity) - set(_IDENTITY_COLUMNS)
+        unknown = set(identity) - set(_IDENTITY_ORDER)
         if unknown:
             raise TraceError(f"unknown identity columns {sorted(unknown)}")
-        clash = set(extra or ()) & {"type", "ts", "name", "value", "labels", *_IDENTITY_COLUMNS}
+        clash = set(extra or ()) & {"type", "ts", "name", "value", "labels", *_IDENTITY_ORDER}
         if clash:
             raise TraceError(f"extra keys {sorted(clash)} would duplicate a sample's own keys")
         self.n = n
         columns: dict[str, Sequence[Any]] = {}
-        for key in _IDENTITY_COLUMNS:
+        for key in _IDENTITY_ORDER:
             col = identity.get(key)
             if col is None:
                 continue
