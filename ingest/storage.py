@@ -19,6 +19,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
@@ -228,9 +229,16 @@ def write_blocks(rows: Sequence[BlockRow], using: str = "default") -> None:
 
 
 def read_block_payloads(
-    operator_id: int, node_ids: Iterable[int], t0_ms: int, t1_ms: int, using: str = "default"
-) -> list[bytes]:
-    """Payloads of the blocks of these nodes that overlap [t0_ms, t1_ms], in time order.
+    operator_id: int,
+    node_ids: Iterable[int],
+    t0_ms: int,
+    t1_ms: int,
+    using: str = "default",
+    *,
+    with_node: bool = False,
+) -> list[Any]:
+    """Payloads of the blocks of these nodes that overlap [t0_ms, t1_ms], in time order
+    (`with_node`: (node id, payload) pairs).
 
     The caller is inside tenant_context(operator_id); the operator filter is also explicit so
     that SQLite (no row-level security) is scoped the same way.
@@ -240,14 +248,29 @@ def read_block_payloads(
         return []
     connection = connections[using]
     placeholders = ", ".join(["%s"] * len(ids))
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT payload FROM {BLOCK_TABLE} WHERE operator_id = %s "
-            f"AND node_id IN ({placeholders}) AND start_ms >= %s AND start_ms <= %s "
-            "AND end_ms >= %s ORDER BY start_ms",
-            [operator_id, *ids, t0_ms - MAX_BLOCK_SPAN_MS, t1_ms, t0_ms],
-        )
-        return [bytes(row[0]) for row in cursor.fetchall()]
+    sql = (
+        f"SELECT node_id, payload FROM {BLOCK_TABLE} WHERE operator_id = %s "
+        f"AND node_id IN ({placeholders}) AND start_ms >= %s AND start_ms <= %s "
+        "AND end_ms >= %s ORDER BY start_ms"
+    )
+    params = [operator_id, *ids, t0_ms - MAX_BLOCK_SPAN_MS, t1_ms, t0_ms]
+    if connection.vendor == "postgresql":
+        import psycopg
+
+        # Binary results: bytea as is, not hex text to parse (half the bytes, no parsing).
+        # Django's cursors bind client-side, which cannot return binary; a plain psycopg
+        # cursor on the same connection (same transaction, same tenant setting) can.
+        connection.ensure_connection()
+        with psycopg.Cursor(connection.connection) as raw:
+            raw.execute(sql, params, binary=True)
+            rows = raw.fetchall()
+    else:
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            rows = cursor.fetchall()
+    if with_node:
+        return [(int(node), bytes(payload)) for node, payload in rows]
+    return [bytes(payload) for _node, payload in rows]
 
 
 def block_table_bytes(using: str = "default") -> int:
