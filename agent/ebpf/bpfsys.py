@@ -178,11 +178,17 @@ def attach_uprobe(prog_fd: int, path: str, offset: int, *, retprobe: bool = Fals
     attr.wakeup_events = 1
     attr.config1 = ctypes.addressof(path_buffer)
     attr.config2 = offset
+    # path_buffer stays referenced here until the syscall below has copied the path.
+    return _open_with_program(attr, prog_fd, f"uprobe {path}+{offset:#x}")
+
+
+def _open_with_program(attr: _PerfEventAttr, prog_fd: int, what: str) -> int:
+    """perf_event_open `attr`, attach the BPF program to it and enable it; the event fd."""
     # pid -1, cpu 0: every process; an attached BPF program runs on every CPU regardless.
     fd = _libc.syscall(_numbers()[1], ctypes.byref(attr), -1, 0, -1, PERF_FLAG_FD_CLOEXEC)
     if fd < 0:
         code = ctypes.get_errno()
-        raise BpfError(code, f"perf_event_open uprobe {path}+{offset:#x}: {os.strerror(code)}")
+        raise BpfError(code, f"perf_event_open {what}: {os.strerror(code)}")
     try:
         fcntl.ioctl(fd, PERF_EVENT_IOC_SET_BPF, prog_fd)
         fcntl.ioctl(fd, PERF_EVENT_IOC_ENABLE, 0)
@@ -264,17 +270,7 @@ def attach_tracepoint(prog_fd: int, category: str, name: str) -> int:
     attr.config = tracepoint_id
     attr.sample_period = 1
     attr.wakeup_events = 1
-    fd = _libc.syscall(_numbers()[1], ctypes.byref(attr), -1, 0, -1, PERF_FLAG_FD_CLOEXEC)
-    if fd < 0:
-        code = ctypes.get_errno()
-        raise BpfError(code, f"perf_event_open {category}:{name}: {os.strerror(code)}")
-    try:
-        fcntl.ioctl(fd, PERF_EVENT_IOC_SET_BPF, prog_fd)
-        fcntl.ioctl(fd, PERF_EVENT_IOC_ENABLE, 0)
-    except OSError:
-        os.close(fd)
-        raise
-    return int(fd)
+    return _open_with_program(attr, prog_fd, f"{category}:{name}")
 
 
 class RingBuffer:
