@@ -211,3 +211,38 @@ def test_agent_starting_during_an_outage_spools_then_delivers(
     ingest.start()
     wait_for(lambda: stored(operator) == (60, 3), timeout=60)
     sink.close(timeout=10)
+
+
+def test_node_backend_run_from_config_into_ingest(ingest: Ingest, tmp_path: Path) -> None:
+    """`proof-agent run --config FILE` (the node backend on fixture roots) with the config's
+    [server] (plaintext to loopback, token_file) and [spool]: what it collected is stored."""
+    from agent.cli import main as agent_main
+    from agent.tests.fileserver import serve
+    from agent.tests.test_node_backend import ROUTES, _toml, fake_proc, node_config
+
+    operator, token = agent_token("node-backend-run")
+    (tmp_path / "token").write_text(token + "\n")
+    proc = fake_proc(tmp_path)
+    with serve(ROUTES) as base:
+        cfg = node_config(
+            tmp_path,
+            proc,
+            base,
+            server={"address": ingest.address, "tls": False, "token_file": str(tmp_path / "token")},
+            ebpf={"enabled": False},
+            slurm={"enabled": False},
+        )
+        path = tmp_path / "agent.toml"
+        path.write_text(_toml(cfg))
+        trace = tmp_path / "sent.jsonl"
+        assert (
+            agent_main(["run", "--config", str(path), "--duration", "3", "--out", str(trace)]) == 0
+        )
+    from agent.trace import validate_trace
+
+    report = validate_trace(trace)
+    assert report.ok and report.counts["sample"] > 100
+    wait_for(lambda: stored(operator)[0] == report.counts["sample"])
+    left = Spool(tmp_path / "spool" / "batches")
+    assert left.pending_batches == 0
+    left.close()

@@ -96,7 +96,7 @@ class TeeSink:
 
 
 def _transport_sink(
-    args: argparse.Namespace, meta: dict[str, Any], spool_max_bytes: int | None = None
+    args: argparse.Namespace, meta: dict[str, Any], extra: dict[str, Any] | None = None
 ) -> Sink:
     if not args.token:
         raise BackendError("--server needs --token (an agent token from the console)")
@@ -113,11 +113,12 @@ def _transport_sink(
     if factory is None:
         raise BackendError(f"{TRANSPORT_MODULE} has no make_sink(); transport not available yet")
     try:
-        extra: dict[str, Any] = {}
-        if spool_max_bytes is not None:
-            extra["spool_max_bytes"] = spool_max_bytes
         sink: Sink = factory(
-            server=args.server, token=args.token, spool_dir=args.spool_dir, meta=meta, **extra
+            server=args.server,
+            token=args.token,
+            spool_dir=args.spool_dir,
+            meta=meta,
+            **(extra or {}),
         )
     except Exception as exc:  # grpc.RpcError and friends; grpc is imported only with --server
         details = getattr(exc, "details", None)
@@ -130,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         assembled = assemble(args)
         cfg = assembled.config
-        spool_max_bytes = None
+        extra: dict[str, Any] = {}
         if cfg is not None:  # --backend node: the config's [server]/[spool] unless overridden
             args.server = args.server or cfg.server.address or None
             if args.server and not args.token:
@@ -139,10 +140,15 @@ def run(args: argparse.Namespace) -> int:
                 except ValueError as exc:  # ConfigError: the token file cannot be read
                     raise BackendError(str(exc)) from exc
             args.spool_dir = args.spool_dir or cfg.spool.dir
-            spool_max_bytes = cfg.spool.max_mib << 20
+            extra["spool_max_bytes"] = cfg.spool.max_mib << 20
+            if args.server == cfg.server.address:  # the configured server: its TLS settings
+                from agent.transport.client import TlsConfig
+
+                tls = cfg.server.tls
+                extra["tls"] = TlsConfig(root_cert=cfg.server.ca_file or None) if tls else None
         sinks: list[Sink] = []
         if args.server:
-            sinks.append(_transport_sink(args, assembled.meta, spool_max_bytes))
+            sinks.append(_transport_sink(args, assembled.meta, extra))
         if args.out:
             sinks.append(TraceSink(args.out, assembled.meta, truth=assembled.truth))
         if not sinks:

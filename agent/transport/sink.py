@@ -208,13 +208,17 @@ def make_sink(
     spool_dir: str | None = None,
     meta: dict[str, Any] | None = None,
     spool_max_bytes: int | None = None,
+    tls: TlsConfig | str | None = "auto",
 ) -> GrpcSink:
-    """The factory `proof-agent run --server` uses. Plaintext to a loopback server, TLS (the
-    system's roots, or PROOF_AGENT_CA_CERT) to anything else."""
+    """The factory `proof-agent run --server` uses. `tls="auto"`: plaintext to a loopback
+    server, TLS (the system's roots, or PROOF_AGENT_CA_CERT) to anything else; a TlsConfig or
+    None (plaintext) as the config's [server] tls/ca_file say."""
     meta = dict(meta or {})
-    host = server.rsplit(":", 1)[0].strip("[]")
-    loopback = host in ("localhost", "127.0.0.1", "::1")
-    tls = None if loopback else TlsConfig(root_cert=os.environ.get("PROOF_AGENT_CA_CERT"))
+    if tls == "auto":
+        host = server.rsplit(":", 1)[0].strip("[]")
+        loopback = host in ("localhost", "127.0.0.1", "::1")
+        tls = None if loopback else TlsConfig(root_cert=os.environ.get("PROOF_AGENT_CA_CERT"))
+    assert not isinstance(tls, str)
     sender = BatchSender(open_channel(server, tls), token)
     agent_id = _agent_id(spool_dir, meta)
 
