@@ -246,3 +246,36 @@ def test_node_backend_run_from_config_into_ingest(ingest: Ingest, tmp_path: Path
     left = Spool(tmp_path / "spool" / "batches")
     assert left.pending_batches == 0
     left.close()
+
+
+def test_registration_carries_the_nodes_gpu_facts(ingest: Ingest, tmp_path: Path) -> None:
+    """The node backend's facts (from NVML: here the simulated one) registered through the
+    transport: each GPU's UUID, index, model, memory, driver and CUDA version reach ingest."""
+    import argparse
+
+    from agent.collectors.nvml_sim import SimulatedNvml
+    from agent.commands._backend import _assemble_node
+    from agent.runtime import ManualClock
+    from ingest.models import Gpu, Node
+
+    operator, token = agent_token("node-facts")
+    path = tmp_path / "agent.toml"
+    path.write_text(
+        f'[agent]\nnode = "facts-node"\n[spool]\ndir = "{tmp_path / "spool"}"\n'
+        '[dcgm]\nmode = "off"\n[slurm]\nenabled = false\n[inference]\ndiscover = false\n'
+    )
+    args = argparse.Namespace(config=str(path), scenario=None, node=None, interval=None, duration=1)
+    nv = SimulatedNvml.with_gpus(2)
+    assembled = _assemble_node(
+        args, clock=ManualClock(0.0), nvml=nv, ebpf_status=lambda: (False, "test")
+    )
+    sink = make_sink(
+        server=ingest.address, token=token, spool_dir=str(tmp_path / "spool"), meta=assembled.meta
+    )
+    sink.close(timeout=5)
+    with tenant_context(operator):
+        node = Node.objects.for_tenant(operator).get(hostname="facts-node")  # type: ignore[attr-defined]
+        gpus = list(Gpu.objects.for_tenant(operator).filter(node=node).order_by("index"))  # type: ignore[attr-defined]
+    assert [(g.uuid, g.index) for g in gpus] == [(g.uuid, i) for i, g in enumerate(nv.gpus)]
+    assert all(g.model == nv.gpus[0].name and g.memory_mib == 80 * 1024 for g in gpus)
+    assert all(g.driver_version and g.cuda_version for g in gpus)
