@@ -100,6 +100,17 @@ class Customer(TenantOwned):
         return self.name
 
 
+def _role_matches_scope(name: str) -> models.CheckConstraint:
+    """Operator roles hold no customer; customer roles always name one."""
+    return models.CheckConstraint(
+        condition=(
+            models.Q(role__in=[Role.OPERATOR_ADMIN, Role.OPERATOR_SUPPORT], customer__isnull=True)
+            | models.Q(role__in=[Role.CUSTOMER_ADMIN, Role.CUSTOMER_VIEWER], customer__isnull=False)
+        ),
+        name=name,
+    )
+
+
 class Membership(TenantOwned):
     """A user's role at one operator, or at one of its customers (customer roles only)."""
 
@@ -115,21 +126,7 @@ class Membership(TenantOwned):
     customer_path: ClassVar[str | None] = "customer"
 
     class Meta:
-        constraints = [
-            models.CheckConstraint(
-                condition=(
-                    models.Q(
-                        role__in=[Role.OPERATOR_ADMIN, Role.OPERATOR_SUPPORT],
-                        customer__isnull=True,
-                    )
-                    | models.Q(
-                        role__in=[Role.CUSTOMER_ADMIN, Role.CUSTOMER_VIEWER],
-                        customer__isnull=False,
-                    )
-                ),
-                name="membership_role_matches_scope",
-            )
-        ]
+        constraints = [_role_matches_scope("membership_role_matches_scope")]
 
     def __str__(self) -> str:
         return f"{self.user} as {self.role}"
@@ -140,75 +137,52 @@ class TokenScope(models.TextChoices):
     READ_WRITE = "read_write", "Read and write"
 
 
-class ApiToken(TenantOwned):
-    """A REST API credential, scoped to the operator or to one of its customers.
-
-    Only the SHA-256 of the secret is stored; the plaintext is shown once at creation and
-    `prefix` (its first characters) identifies it afterwards. `role` is the role the token acts
-    with — never above the role of whoever created it (tenants/services.py).
-    """
+class HashedToken(TenantOwned):
+    """A named secret stored as its SHA-256 only: the plaintext is shown once at creation and
+    `prefix` (its first characters) identifies it afterwards; revocable."""
 
     name = models.CharField(max_length=200)
+    prefix = models.CharField(max_length=32)
+    token_hash = models.CharField(max_length=64, unique=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        abstract = True
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…)"
+
+
+class ApiToken(HashedToken):
+    """A REST API credential, scoped to the operator or to one of its customers.
+
+    `role` is the role the token acts with — never above the role of whoever created it (tenants/services.py).
+    """
+
     customer = models.ForeignKey(
         Customer, on_delete=models.CASCADE, null=True, blank=True, related_name="api_tokens"
     )
     role = models.CharField(max_length=32, choices=Role.choices)
     scope = models.CharField(max_length=16, choices=TokenScope.choices)
-    prefix = models.CharField(max_length=32)
-    token_hash = models.CharField(max_length=64, unique=True)
-    created_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
-    )
-    created_at = models.DateTimeField(auto_now_add=True)
     expires_at = models.DateTimeField(null=True, blank=True)
-    revoked_at = models.DateTimeField(null=True, blank=True)
-    last_used_at = models.DateTimeField(null=True, blank=True)
 
     customer_path: ClassVar[str | None] = "customer"
 
-    class Meta:
-        ordering = ["-created_at", "-id"]
-        constraints = [
-            models.CheckConstraint(
-                condition=(
-                    models.Q(
-                        role__in=[Role.OPERATOR_ADMIN, Role.OPERATOR_SUPPORT],
-                        customer__isnull=True,
-                    )
-                    | models.Q(
-                        role__in=[Role.CUSTOMER_ADMIN, Role.CUSTOMER_VIEWER],
-                        customer__isnull=False,
-                    )
-                ),
-                name="api_token_role_matches_scope",
-            )
-        ]
-
-    def __str__(self) -> str:
-        return f"{self.name} ({self.prefix}…)"
+    class Meta(HashedToken.Meta):
+        constraints = [_role_matches_scope("api_token_role_matches_scope")]
 
 
-class AgentToken(TenantOwned):
+class AgentToken(HashedToken):
     """The credential node agents stream telemetry with; it alone names the tenant of the data.
 
-    Stored as SHA-256 of the secret; shown once at creation; revocable. Operator-only.
+    Operator-only: it carries no customer.
     """
-
-    name = models.CharField(max_length=200)
-    prefix = models.CharField(max_length=32)
-    token_hash = models.CharField(max_length=64, unique=True)
-    created_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
-    )
-    created_at = models.DateTimeField(auto_now_add=True)
-    revoked_at = models.DateTimeField(null=True, blank=True)
-    last_used_at = models.DateTimeField(null=True, blank=True)
-
-    class Meta:
-        ordering = ["-created_at", "-id"]
-
-    def __str__(self) -> str:
-        return f"{self.name} ({self.prefix}…)"
 
 
 class MatchField(models.TextChoices):
