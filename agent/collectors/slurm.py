@@ -132,27 +132,48 @@ def scontrol_job_record(
     ):
         if fields.get(key) not in (None, "", "(null)"):
             config[name] = fields[key]
-    gpus = gpus_in_tres(fields.get("AllocTRES"))
+    return _job_record(
+        str(job),
+        now,
+        state=_state(fields.get("JobState")),
+        config=config,
+        alloc_tres=fields.get("AllocTRES"),
+        name=fields.get("JobName"),
+        nodes=_int(fields.get("NumNodes")),
+        world_size=_int(fields.get("NumTasks")),
+        exit_code=_exit_code(code, signal),
+    )
+
+
+def _job_record(
+    job: str,
+    now: float,
+    *,
+    state: str | None,
+    config: dict[str, Any],
+    alloc_tres: str | None,
+    name: str | None,
+    nodes: int | None,
+    world_size: int | None,
+    exit_code: int | None,
+) -> dict[str, Any]:
+    """The trace `job` record both Slurm sources build; empty parts are left out."""
+    gpus = gpus_in_tres(alloc_tres)
     if gpus is not None:
         config["gpus"] = gpus
     rec: dict[str, Any] = {
         "type": "job",
         "ts": now,
-        "job": str(job),
+        "job": job,
         "scheduler": "slurm",
-        "state": _state(fields.get("JobState")),
+        "state": state,
         "config": {k: v for k, v in config.items() if v is not None},
+        "name": name or None,
+        "nodes": nodes,
+        "world_size": world_size,
     }
-    if fields.get("JobName"):
-        rec["name"] = fields["JobName"]
-    nodes = _int(fields.get("NumNodes"))
-    if nodes is not None:
-        rec["nodes"] = nodes
-    tasks = _int(fields.get("NumTasks"))
-    if tasks is not None:
-        rec["world_size"] = tasks
-    exit_code = _exit_code(code, signal)
-    if exit_code is not None and rec["state"] not in ("running", "pending"):
+    # A running job's exit code is a placeholder (0:0), not an outcome.
+    if state not in ("running", "pending"):
         rec["exit_code"] = exit_code
     return {k: v for k, v in rec.items() if v is not None}
 
@@ -201,26 +222,19 @@ def sacct_job_records(rows: list[dict[str, str]], now: float) -> list[dict[str, 
         ):
             if row.get(key):
                 config[name] = row[key]
-        gpus = gpus_in_tres(row.get("AllocTRES"))
-        if gpus is not None:
-            config["gpus"] = gpus
-        rec: dict[str, Any] = {
-            "type": "job",
-            "ts": now,
-            "job": job,
-            "scheduler": "slurm",
-            "state": state,
-            "config": {k: v for k, v in config.items() if v is not None},
-        }
-        if row.get("JobName"):
-            rec["name"] = row["JobName"]
-        nodes = _int(row.get("NNodes"))
-        if nodes is not None:
-            rec["nodes"] = nodes
-        exit_code = _exit_code(code, signal)
-        if exit_code is not None and state not in ("running", "pending"):
-            rec["exit_code"] = exit_code
-        out.append({k: v for k, v in rec.items() if v is not None})
+        out.append(
+            _job_record(
+                job,
+                now,
+                state=state,
+                config=config,
+                alloc_tres=row.get("AllocTRES"),
+                name=row.get("JobName"),
+                nodes=_int(row.get("NNodes")),
+                world_size=None,
+                exit_code=_exit_code(code, signal),
+            )
+        )
     return out
 
 
