@@ -26,6 +26,9 @@ from investigations.tests.live_helpers import verdict
 from tenants.context import system_context, tenant_context
 from tenants.testing import Tenant, make_tenant
 
+# Notifications fire on commit, so every test here commits for real.
+pytestmark = pytest.mark.django_db(transaction=True)
+
 
 @pytest.fixture
 def fired() -> Iterator[list[notifications.Notification]]:
@@ -53,7 +56,6 @@ def _incidents(tenant: Tenant) -> list[Incident]:
         return list(Incident.objects.for_tenant(tenant.operator.pk).order_by("id"))
 
 
-@pytest.mark.django_db(transaction=True)
 def test_lifecycle_create_update_category_change_resolve_and_recur(
     fired: list[notifications.Notification],
 ) -> None:
@@ -112,7 +114,6 @@ def test_lifecycle_create_update_category_change_resolve_and_recur(
     ]
 
 
-@pytest.mark.django_db(transaction=True)
 def test_one_incident_per_family_and_job_end_resolves_all(
     fired: list[notifications.Notification],
 ) -> None:
@@ -140,7 +141,6 @@ def test_one_incident_per_family_and_job_end_resolves_all(
     }
 
 
-@pytest.mark.django_db(transaction=True)
 def test_gpu_degrading_is_one_incident_per_gpu_and_operator_only(
     fired: list[notifications.Notification],
 ) -> None:
@@ -157,7 +157,6 @@ def test_gpu_degrading_is_one_incident_per_gpu_and_operator_only(
         assert not Incident.objects.for_tenant(principal).exists()
 
 
-@pytest.mark.django_db(transaction=True)
 def test_notification_claimed_concurrently_fires_exactly_once(
     fired: list[notifications.Notification],
 ) -> None:
@@ -194,7 +193,6 @@ def test_notification_claimed_concurrently_fires_exactly_once(
         assert NotificationLog.objects.for_tenant(a.operator.pk).count() == 1
 
 
-@pytest.mark.django_db(transaction=True)
 def test_rolled_back_evaluation_notifies_nothing_and_its_retry_does(
     fired: list[notifications.Notification],
 ) -> None:
@@ -212,7 +210,6 @@ def test_rolled_back_evaluation_notifies_nothing_and_its_retry_does(
     assert len(fired) == 1
 
 
-@pytest.mark.django_db(transaction=True)
 def test_a_failing_subscriber_does_not_stop_the_others(
     fired: list[notifications.Notification],
 ) -> None:
