@@ -279,3 +279,27 @@ def test_registration_carries_the_nodes_gpu_facts(ingest: Ingest, tmp_path: Path
     assert [(g.uuid, g.index) for g in gpus] == [(g.uuid, i) for i, g in enumerate(nv.gpus)]
     assert all(g.model == nv.gpus[0].name and g.memory_mib == 80 * 1024 for g in gpus)
     assert all(g.driver_version and g.cuda_version for g in gpus)
+
+
+def test_doctor_proves_the_token_against_ingest(ingest: Ingest, tmp_path: Path) -> None:
+    from agent.commands.doctor import OK, UNAVAILABLE, check_server
+    from agent.config import parse_config
+
+    _operator, token = agent_token("doctor-token")
+    for value, status, words in (
+        (token, OK, "token accepted"),
+        ("wrong", UNAVAILABLE, "token refused"),
+    ):
+        (tmp_path / "token").write_text(value + "\n")
+        cfg = parse_config(
+            {
+                "server": {
+                    "address": ingest.address,
+                    "tls": False,
+                    "token_file": str(tmp_path / "token"),
+                }
+            },
+            env={},
+        )
+        check = check_server(cfg, timeout=10)
+        assert check.status == status and words in check.detail, check

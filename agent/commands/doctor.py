@@ -290,10 +290,21 @@ def check_server(cfg: AgentConfig, timeout: float) -> Check:
         try:
             verify(cfg, timeout=timeout)
         except Exception as exc:
+            code = getattr(exc, "code", None)
+            name = getattr(code() if callable(code) else None, "name", "")
+            details = getattr(exc, "details", None)
+            why = details() if callable(details) else str(exc)
+            if isinstance(exc, PermissionError) or name in ("UNAUTHENTICATED", "PERMISSION_DENIED"):
+                return Check(
+                    "ingest server",
+                    UNAVAILABLE,
+                    f"{address} reachable, {tls_note}; token refused: {why}",
+                )
             return Check(
                 "ingest server",
                 UNAVAILABLE,
-                f"{address} reachable, {tls_note}; token refused: {exc}",
+                f"{address} reachable, {tls_note}; but the Register call failed"
+                f"{f' ({name})' if name else ''}: {why}",
             )
         return Check("ingest server", OK, f"{address} reachable, {tls_note}, token accepted")
     return Check(
