@@ -64,7 +64,9 @@ def add_backend_arguments(parser: argparse.ArgumentParser, *, default_duration: 
     parser.add_argument(
         "--node",
         default=None,
-        help="play only this simulated node's records (default: every node through one agent)",
+        help="--backend sim: play only this simulated node's records (default: every node "
+        "through one agent); --backend node: the node name (default [agent] node, else the "
+        "hostname)",
     )
     parser.add_argument("--nodes", type=int, default=None, help="simulated nodes")
     parser.add_argument("--gpus-per-node", type=int, default=None, help="simulated GPUs per node")
