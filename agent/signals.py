@@ -260,6 +260,17 @@ GPU_SIGNALS: tuple[str, ...] = tuple(n for n, s in SIGNALS.items() if s.scope is
 GPU_COUNTERS: tuple[str, ...] = tuple(
     n for n, s in SIGNALS.items() if s.scope is Scope.GPU and s.kind is Kind.COUNTER
 )
+# The GPU error counters a fault shows up in while it happens. The *_AGG_TOTAL counters are
+# left out: they are lifetime totals that persist across driver reloads, not a window's events.
+GPU_ERROR_COUNTERS: tuple[str, ...] = (
+    DCGM_FI_DEV_ECC_SBE_VOL_TOTAL,
+    DCGM_FI_DEV_ECC_DBE_VOL_TOTAL,
+    DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS,
+    DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS,
+    DCGM_FI_DEV_ROW_REMAP_FAILURE,
+    DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL,
+    DCGM_FI_DEV_PCIE_REPLAY_COUNTER,
+)
 
 
 def spec_for(name: str) -> SignalSpec | None:

@@ -14,37 +14,30 @@ import numpy as np
 
 from agent import signals
 from investigations.detectors.common import counter_delta
-from investigations.detectors.hardware import HARDWARE_XIDS
+from investigations.detectors.hardware import FAULT_COUNTERS, HARDWARE_XIDS, IB_ERROR_COUNTERS
 from investigations.findings import INFRASTRUCTURE, Cleared, Finding
+from investigations.store import SeriesData
 from investigations.window import JobWindow
 
-GPU_CLEARANCE_COUNTERS: tuple[str, ...] = (
-    signals.DCGM_FI_DEV_ECC_SBE_VOL_TOTAL,
-    signals.DCGM_FI_DEV_ECC_DBE_VOL_TOTAL,
-    signals.DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS,
-    signals.DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS,
-    signals.DCGM_FI_DEV_ROW_REMAP_FAILURE,
-    signals.DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL,
-    signals.DCGM_FI_DEV_PCIE_REPLAY_COUNTER,
-)
+GPU_CLEARANCE_COUNTERS: tuple[str, ...] = signals.GPU_ERROR_COUNTERS
 # Counters whose increase alone implicates the hardware. SBE, NVLink CRC and PCIe replays are
 # corrected errors: a handful are normal on a healthy fleet, so on their own they are reported
 # as evidence only; they implicate the hardware when they rose on the GPU an infrastructure
 # verdict blames (the detector already tied that GPU to the slowdown).
-_IMPLICATING = (
-    signals.DCGM_FI_DEV_ECC_DBE_VOL_TOTAL,
-    signals.DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS,
-    signals.DCGM_FI_DEV_ROW_REMAP_FAILURE,
-)
-_IB_ERRORS = (
-    signals.IB_SYMBOL_ERROR,
-    signals.IB_LINK_DOWNED,
-    signals.IB_LINK_ERROR_RECOVERY,
-    signals.IB_PORT_RCV_ERRORS,
-)
+_IMPLICATING = FAULT_COUNTERS
 _HW_THROTTLE = (
     signals.THROTTLE_HW_SLOWDOWN | signals.THROTTLE_HW_THERMAL | signals.THROTTLE_HW_POWER_BRAKE
 )
+
+
+def _increase(s: SeriesData, a: float, b: float) -> tuple[float, float] | None:
+    """(increase over [a, b], value already there at a — 0 when unknown) of one cumulative
+    counter series; None when it has no sample in [a, b]."""
+    keep = (s.ts >= a) & (s.ts <= b)
+    if not keep.any():
+        return None
+    delta, start_value, _ = counter_delta(s.ts[keep], s.values[keep])
+    return delta, (start_value if np.isfinite(start_value) else 0.0)
 
 
 def hardware_clearance(
@@ -71,16 +64,13 @@ def hardware_clearance(
         seen = 0
         for g in gpus:
             s = w.gpu_raw.get(g, {}).get(name)
-            if s is None:
-                continue
-            keep = (s.ts >= a) & (s.ts <= b)
-            if not keep.any():
+            increase = None if s is None else _increase(s, a, b)
+            if increase is None:
                 continue
             seen += 1
-            d, v0, _ = counter_delta(s.ts[keep], s.values[keep])
-            total += d
-            pre += v0 if np.isfinite(v0) else 0.0
-            if d > 0:
+            total += increase[0]
+            pre += increase[1]
+            if increase[0] > 0:
                 moved.append(g)
         if not seen:
             continue
@@ -154,19 +144,15 @@ def hardware_clearance(
     ]
     ib_ids: list[str] = []
     ib_moved = False
-    for name in _IB_ERRORS:
+    for name in IB_ERROR_COUNTERS:
         total, pre, seen = 0.0, 0.0, 0
         for series in w.node_series.values():
             for s in series:
-                if s.info.name != name:
-                    continue
-                keep = (s.ts >= a) & (s.ts <= b)
-                if not keep.any():
-                    continue
-                seen += 1
-                d, v0, _ = counter_delta(s.ts[keep], s.values[keep])
-                total += d
-                pre += v0 if np.isfinite(v0) else 0.0
+                increase = _increase(s, a, b) if s.info.name == name else None
+                if increase is not None:
+                    seen += 1
+                    total += increase[0]
+                    pre += increase[1]
         if seen:
             ib_ids.append(
                 f.add(

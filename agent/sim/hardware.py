@@ -128,19 +128,7 @@ class GpuActivity:
         return self.engine_active.shape  # type: ignore[return-value]
 
 
-def _counter_names() -> tuple[str, ...]:
-    return (
-        signals.DCGM_FI_DEV_ECC_SBE_VOL_TOTAL,
-        signals.DCGM_FI_DEV_ECC_DBE_VOL_TOTAL,
-        signals.DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS,
-        signals.DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS,
-        signals.DCGM_FI_DEV_ROW_REMAP_FAILURE,
-        signals.DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL,
-        signals.DCGM_FI_DEV_PCIE_REPLAY_COUNTER,
-    )
-
-
-GPU_COUNTER_SIGNALS: tuple[str, ...] = _counter_names()
+GPU_COUNTER_SIGNALS: tuple[str, ...] = signals.GPU_ERROR_COUNTERS
 
 
 @dataclass

@@ -18,15 +18,17 @@ from investigations.window import GpuWindow, JobWindow
 # error, 123 SPI, 140 unrecovered ECC. XID 13, 31, 43 are usually the application's own faults
 # (illegal address, MMU fault, reset channel) and are NOT hardware evidence alone.
 HARDWARE_XIDS = frozenset({48, 61, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120, 123, 140})
-_FAULT_COUNTERS = (
+# Counters whose increase alone implicates the hardware (uncorrected errors and remap
+# failures); corrected ones (SBE, NVLink CRC, PCIe replays) are normal in small numbers.
+FAULT_COUNTERS: tuple[str, ...] = (
     signals.DCGM_FI_DEV_ECC_DBE_VOL_TOTAL,
     signals.DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS,
     signals.DCGM_FI_DEV_ROW_REMAP_FAILURE,
 )
-_IB_ERRORS = (
+IB_ERROR_COUNTERS: tuple[str, ...] = (
     signals.IB_SYMBOL_ERROR,
-    signals.IB_LINK_ERROR_RECOVERY,
     signals.IB_LINK_DOWNED,
+    signals.IB_LINK_ERROR_RECOVERY,
     signals.IB_PORT_RCV_ERRORS,
 )
 # Fabric: the job's collectives must be ≥ 15% slower after the errors began than before
@@ -68,7 +70,7 @@ def detect_hardware_fault(w: JobWindow) -> list[Finding]:
     evs = fault_events(w)
     counter_hits: list[tuple[str, str, float, float, float, float]] = []
     for r in w.ranks:
-        for name in _FAULT_COUNTERS:
+        for name in FAULT_COUNTERS:
             s = w.gpu_raw.get(r.gpu, {}).get(name)
             if s is None or not len(s.ts):
                 continue
@@ -181,7 +183,7 @@ def _ib_series(
     out: dict[tuple[str, str, str], dict[str, tuple[np.ndarray, np.ndarray]]] = {}
     for node, series in w.node_series.items():
         for s in series:
-            if s.info.name in _IB_ERRORS:
+            if s.info.name in IB_ERROR_COUNTERS:
                 key = (node, s.info.label("device") or "", s.info.label("port") or "")
                 out.setdefault(key, {})[s.info.name] = (s.ts, s.values)
     return out
