@@ -142,7 +142,8 @@ class SignalStore(Protocol):
 _TERMINAL = ("completed", "failed", "cancelled")
 
 
-def _gpu_scope(name: str) -> bool:
+def is_gpu_scope(name: str) -> bool:
+    """GPU scope in the vocabulary; a DCGM field outside it is taken as per-GPU too."""
     spec = signals.spec_for(name)
     return (spec is not None and spec.scope is signals.Scope.GPU) or name.startswith("DCGM_FI_")
 
@@ -418,7 +419,9 @@ class TraceStore:
         gpus = {p.gpu for p in self.processes(job) if p.gpu}
         gpus |= {self._series[i].info.gpu for i in idx if self._series[i].info.gpu}
         for g in gpus:  # the GPU-scope series of its GPUs, whoever's identity they carry
-            idx.extend(i for i in self._by_gpu.get(g, []) if _gpu_scope(self._series[i].info.name))
+            idx.extend(
+                i for i in self._by_gpu.get(g, []) if is_gpu_scope(self._series[i].info.name)
+            )
         return [_cut(self._series[i], t0, t1) for i in sorted(set(idx))]
 
     def node_series(
@@ -435,7 +438,7 @@ class TraceStore:
         return [
             _cut(self._series[i], t0, t1)
             for i in self._by_gpu.get(gpu, [])
-            if _gpu_scope(self._series[i].info.name)
+            if is_gpu_scope(self._series[i].info.name)
         ]
 
     def events(self, *, node: str, t0: float, t1: float) -> list[EventRow]:

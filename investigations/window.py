@@ -27,6 +27,7 @@ from investigations.store import (
     LogRow,
     SeriesData,
     SignalStore,
+    is_gpu_scope,
 )
 
 # Source names a verdict reports under "could not see".
@@ -172,11 +173,6 @@ def _interval(series: list[SeriesData]) -> float:
                 best = len(s.ts)
                 dt = float(np.median(d))
     return max(dt, 1e-3)
-
-
-def _is_gpu_scope(name: str) -> bool:
-    spec = signals.spec_for(name)
-    return (spec is not None and spec.scope is signals.Scope.GPU) or name.startswith("DCGM_FI_")
 
 
 def merge_series(parts: list[SeriesData]) -> SeriesData:
@@ -339,7 +335,7 @@ def build_job_window(
         if i.name.startswith(("vllm:", "sglang:", "tgi_", "inference.")):
             inference.append(s)
             continue
-        if _is_gpu_scope(i.name):
+        if is_gpu_scope(i.name):
             # The agent joins identity at collection time, so one GPU's signal arrives in
             # pieces (before the job, with the job's pid/rank): merged per (GPU, name).
             if i.gpu in row_of_gpu:
