@@ -7,7 +7,7 @@ from decimal import Decimal
 
 from django.db.models import F, Q, QuerySet
 
-from investigations.models import GpuListPrice, Incident, JobActivity, JobGpuUsage
+from investigations.models import GpuListPrice, JobActivity, JobGpuUsage
 from investigations.pricing import RealPrice, UsageRow, real_price
 from tenants.access import Principal
 from tenants.context import system_context, tenant_context
@@ -38,11 +38,6 @@ def gpus_due_for_fleet_health(now: datetime | None = None) -> list[tuple[int, st
     with system_context():
         rows = Gpu.objects.filter(last_seen_at__gte=now - FLEET_ACTIVE)
         return [(int(o), str(u)) for o, u in rows.values_list("operator_id", "uuid")]
-
-
-def incidents_for(principal: Principal) -> QuerySet[Incident]:
-    """Incidents the principal may see (customers: their own jobs' only)."""
-    return Incident.objects.for_tenant(principal).select_related("job")
 
 
 def list_prices(operator_id: int) -> dict[str, tuple[Decimal, str]]:

@@ -134,12 +134,6 @@ class JobWindow:
     def ts_at(self, i: int) -> float:
         return float(self.times[min(max(i, 0), len(self.times) - 1)])
 
-    def rank_info(self, rank: int) -> RankInfo | None:
-        for r in self.ranks:
-            if r.rank == rank:
-                return r
-        return None
-
     def job_gpus(self) -> list[tuple[str, str, int | None]]:
         return [(r.gpu, r.node, r.gpu_index) for r in self.ranks if r.gpu]
 

@@ -18,7 +18,6 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import Any
 
 from agent.ebpf.calls import PROBES, cflags
 
@@ -50,16 +49,6 @@ _MAX_MESSAGE = 1 << 16
 def probes_source() -> str:
     """The BPF C program (package data, so it also works from a zipapp)."""
     return resources.files("agent.ebpf").joinpath("probes.c").read_text(encoding="utf-8")
-
-
-def compile_with_bcc(bcc: Any | None = None) -> Any:
-    """Compile and load probes.c with bcc in this process; raises (bcc's plain Exception)
-    when the kernel refuses."""
-    if bcc is None:
-        from agent.ebpf._bcc import import_bcc
-
-        bcc = import_bcc()
-    return bcc.BPF(text=probes_source().encode(), cflags=cflags())
 
 
 @dataclass

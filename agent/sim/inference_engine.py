@@ -219,14 +219,6 @@ class Workload:
             if not getattr(self, name) > 0:
                 raise ValueError(f"Workload: {name} must be positive, got {getattr(self, name)}")
 
-    def mean_prompt(self) -> float:
-        unique = self.prompt_median * math.exp(self.prompt_sigma**2 / 2)
-        shared = float(np.dot(self.prefix_len, self.prefix_weights))
-        return unique + shared
-
-    def mean_output(self) -> float:
-        return min(self.output_max, self.output_median * math.exp(self.output_sigma**2 / 2))
-
 
 def rate_curve(w: Workload, duration_s: float, rng: np.random.Generator) -> np.ndarray:
     """Arrival rate (req/s) per tick: a compressed diurnal cosine times random bursts."""

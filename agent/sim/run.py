@@ -148,10 +148,6 @@ class SimRun:
         if self.start_ts <= record["ts"] < self.end_ts:
             self._discrete.append(record)
 
-    def add_many(self, records: Sequence[dict[str, Any]]) -> None:
-        for record in records:
-            self.add(record)
-
     # --- reading ----------------------------------------------------------------------------
 
     def _sorted_discrete(self) -> list[dict[str, Any]]:

@@ -8,7 +8,7 @@ import time
 import numpy as np
 
 from agent import signals
-from investigations.window import SRC_DCGM_PROFILING, SRC_EBPF, JobWindow
+from investigations.window import JobWindow
 
 # Samples a statistic needs before it says anything: 20 samples (20 s at the usual 1 s
 # interval) keeps a t-test over 10-sample blocks at two blocks or more and a median stable.
@@ -41,16 +41,6 @@ def busy_matrix(w: JobWindow) -> tuple[np.ndarray, str] | None:
         if a is not None and np.isfinite(a).any() and np.nanmax(a) > 0:
             return a, name
     return None
-
-
-def busy_source_missing(w: JobWindow, used: str) -> list[str]:
-    """Sources the straggler statistics had to do without (for the verdict's caveat)."""
-    out = []
-    if SRC_DCGM_PROFILING in w.missing_sources:
-        out.append(SRC_DCGM_PROFILING)
-    if SRC_EBPF in w.missing_sources:
-        out.append(SRC_EBPF)
-    return out
 
 
 def active_mask(busy: np.ndarray) -> np.ndarray:
