@@ -26,38 +26,24 @@ def _proc(root: Path, pid: int, argv: list[str], env: dict[str, str] | None = No
         (d / "environ").write_bytes(b"\0".join(f"{k}={v}".encode() for k, v in env.items()))
 
 
+VLLM_CMDLINE = [
+    "/usr/bin/python3",
+    "/usr/local/bin/vllm",
+    "serve",
+    "meta/Llama",
+    "--port",
+    "8001",
+    "--max-num-seqs",
+    "128",
+]
+
+
 @pytest.fixture
 def proc_tree(tmp_path: Path) -> Path:
     root = tmp_path / "proc"
-    _proc(
-        root,
-        4100,
-        [
-            "/usr/bin/python3",
-            "/usr/local/bin/vllm",
-            "serve",
-            "meta/Llama",
-            "--port",
-            "8001",
-            "--max-num-seqs",
-            "128",
-        ],
-    )
+    _proc(root, 4100, VLLM_CMDLINE)
     # an API-server worker with the same command line: same endpoint, collapsed
-    _proc(
-        root,
-        4105,
-        [
-            "/usr/bin/python3",
-            "/usr/local/bin/vllm",
-            "serve",
-            "meta/Llama",
-            "--port",
-            "8001",
-            "--max-num-seqs",
-            "128",
-        ],
-    )
+    _proc(root, 4105, VLLM_CMDLINE)
     _proc(
         root,
         4200,
