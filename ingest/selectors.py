@@ -110,6 +110,10 @@ def _infos(qs: Any) -> tuple[dict[int, SeriesInfo], set[int]]:
 _INFO_CACHE: dict[int, tuple[SeriesInfo, int]] = {}
 
 
+def clear_cache() -> None:
+    _INFO_CACHE.clear()
+
+
 def _ms(ts: float) -> int:
     return round(ts * 1000)
 

@@ -335,6 +335,8 @@ class IngestServer:
                 "terminates TLS in front of this server"
             )
         self.limits = limits or Limits.from_settings()
+        if connections["default"].vendor == "sqlite":
+            writers = 1  # SQLite takes one writer at a time: more threads only contend
         self.writer = StorageWriter(queue_depth, writers)
         self.health = health.HealthServicer()
         self.server = grpc.server(

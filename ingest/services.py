@@ -65,9 +65,13 @@ _node_ids: dict[tuple[int, str], int] = {}
 
 
 def clear_caches() -> None:
+    """Forget cached ids (tests: a rolled-back SQLite transaction can hand an id out again)."""
+    from ingest import selectors
+
     with _cache_lock:
         _series_ids.clear()
         _node_ids.clear()
+    selectors.clear_cache()
 
 
 def series_key_hash(key: SeriesKey) -> str:
