@@ -1,17 +1,25 @@
-"""Feeding simulated runs into ingest's real storage, and hand-written verdicts."""
+"""Feeding simulated runs into ingest's real storage, hand-written verdicts, and running
+database work from several threads at once."""
 
 from __future__ import annotations
 
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from django.db import connections
 
 from agent.sim import simulate
 from agent.transport.encode import BatchBuilder
 from ingest import services as ingest_services
+from ingest.models import Job
 from ingest.processing import Limits, decode_batch
+from ingest.tests.helpers import gpu_batch
 from investigations.analyze import analyze_store
 from investigations.store import TraceStore
+from tenants.context import tenant_context
 
 BATCH_SECONDS = 10.0
 GPU_MODEL = "NVIDIA H100 80GB HBM3"
@@ -90,6 +98,41 @@ def store_sim(
         elif v["subject"]["gpu"]:
             offline_gpus.setdefault(str(v["subject"]["gpu"]), set()).add(v["family"])
     return StoredSim(jobs, offline, offline_gpus)
+
+
+def job_pk(operator_id: int, job_id: str) -> int:
+    with tenant_context(operator_id):
+        return int(Job.objects.for_tenant(operator_id).get(job_id=job_id).pk)
+
+
+def store_gpu_job(operator_id: int, job_id: str, agent_id: str) -> int:
+    """Store one small GPU batch of `job_id` through ingest's services; the Job's pk."""
+    batch = decode_batch(gpu_batch(job=job_id, agent_id=agent_id), Limits())
+    ingest_services.store_batch(operator_id, batch)
+    return job_pk(operator_id, job_id)
+
+
+def run_together(work: Callable[[int], object], threads: int) -> list[BaseException]:
+    """Call work(0) … work(threads - 1) in threads released together by a barrier, so they
+    really contend; each thread closes its own database connections. What they raised."""
+    barrier = threading.Barrier(threads)
+    errors: list[BaseException] = []
+
+    def run(k: int) -> None:
+        try:
+            barrier.wait()
+            work(k)
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    started = [threading.Thread(target=run, args=(k,)) for k in range(threads)]
+    for t in started:
+        t.start()
+    for t in started:
+        t.join()
+    return errors
 
 
 @dataclass

@@ -9,13 +9,9 @@ from decimal import Decimal
 import pytest
 from rest_framework.test import APIClient
 
-from ingest import services as ingest_services
-from ingest.models import Job
-from ingest.processing import Limits, decode_batch
-from ingest.tests.helpers import gpu_batch
 from investigations import services
 from investigations.models import Incident, JobGpuUsage
-from investigations.tests.live_helpers import verdict
+from investigations.tests.live_helpers import store_gpu_job, verdict
 from tenants import services as tenant_services
 from tenants.context import tenant_context
 from tenants.models import Customer, MatchField, Role
@@ -43,11 +39,7 @@ def session(user: object) -> APIClient:
 
 
 def _job(tenant: Tenant, job: str, agent: str) -> int:
-    ingest_services.store_batch(
-        tenant.operator.pk, decode_batch(gpu_batch(job=job, agent_id=agent), Limits())
-    )
-    with tenant_context(tenant.operator.pk):
-        return int(Job.objects.for_tenant(tenant.operator.pk).get(job_id=job).pk)
+    return store_gpu_job(tenant.operator.pk, job, agent)
 
 
 def _incident(tenant: Tenant, v: dict[str, object], **scope: object) -> Incident:

@@ -2,17 +2,10 @@
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from django.db import connections
 
-from ingest import services as ingest_services
-from ingest.models import Job
-from ingest.processing import Limits, decode_batch
-from ingest.tests.helpers import gpu_batch
 from investigations import notifications, services
 from investigations.models import (
     Incident,
@@ -22,7 +15,7 @@ from investigations.models import (
     RevisionKind,
     VerdictRevision,
 )
-from investigations.tests.live_helpers import verdict
+from investigations.tests.live_helpers import run_together, store_gpu_job, verdict
 from tenants.context import system_context, tenant_context
 from tenants.testing import Tenant, make_tenant
 
@@ -30,20 +23,8 @@ from tenants.testing import Tenant, make_tenant
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-@pytest.fixture
-def fired() -> Iterator[list[notifications.Notification]]:
-    seen: list[notifications.Notification] = []
-    receiver = notifications.subscribe(seen.append)
-    yield seen
-    notifications.unsubscribe(receiver)
-
-
 def _job(tenant: Tenant, job: str = "job-1") -> int:
-    ingest_services.store_batch(
-        tenant.operator.pk, decode_batch(gpu_batch(job=job, agent_id=f"a-{job}"), Limits())
-    )
-    with tenant_context(tenant.operator.pk):
-        return int(Job.objects.for_tenant(tenant.operator.pk).get(job_id=job).pk)
+    return store_gpu_job(tenant.operator.pk, job, f"a-{job}")
 
 
 def _merge(tenant: Tenant, verdicts: list[dict[str, Any]], end: float, **scope: Any) -> Any:
@@ -169,24 +150,15 @@ def test_notification_claimed_concurrently_fires_exactly_once(
         NotificationLog.objects.all().delete()  # as if the first claim had never happened
         revision = VerdictRevision.objects.get(incident=incident, number=1)
     fired.clear()
-    barrier = threading.Barrier(4)
     claimed: list[bool] = []
 
-    def claim() -> None:
-        try:
-            barrier.wait()
-            with tenant_context(a.operator.pk):
-                claimed.append(
-                    notifications.record(incident, revision, notifications.NotificationKind.NEW)
-                )
-        finally:
-            connections.close_all()
+    def claim(_: int) -> None:
+        with tenant_context(a.operator.pk):
+            claimed.append(
+                notifications.record(incident, revision, notifications.NotificationKind.NEW)
+            )
 
-    threads = [threading.Thread(target=claim) for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_together(claim, 4)
     assert sorted(claimed) == [False, False, False, True]
     assert len(fired) == 1
     with tenant_context(a.operator.pk):

@@ -4,39 +4,22 @@ notifications and GPU-time accounting; the lock and the debounce."""
 
 from __future__ import annotations
 
-import threading
 import time
-from collections.abc import Iterator
 from decimal import Decimal
 
 import pytest
-from django.db import connections
 
 from ingest import services as ingest_services
-from ingest.models import Job
 from ingest.processing import Limits, decode_batch
 from ingest.tests.helpers import gpu_batch
 from investigations import notifications, selectors, services
 from investigations.models import Incident, JobActivity, JobGpuUsage
-from investigations.tests.live_helpers import GPU_MODEL, store_sim
+from investigations.tests.live_helpers import GPU_MODEL, job_pk, run_together, store_sim
 from proof_web.celery import app as celery_app
 from tenants.context import tenant_context
-from tenants.testing import Tenant, make_tenant
+from tenants.testing import make_tenant
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def fired() -> Iterator[list[notifications.Notification]]:
-    seen: list[notifications.Notification] = []
-    receiver = notifications.subscribe(seen.append)
-    yield seen
-    notifications.unsubscribe(receiver)
-
-
-def _job_pk(tenant: Tenant, job_id: str) -> int:
-    with tenant_context(tenant.operator.pk):
-        return int(Job.objects.for_tenant(tenant.operator.pk).get(job_id=job_id).pk)
 
 
 def test_reference_case_gets_a_verdict_and_live_matches_offline(
@@ -46,8 +29,8 @@ def test_reference_case_gets_a_verdict_and_live_matches_offline(
     op = a.operator.pk
     imbalance_sim = store_sim(op, "sequence_imbalance")
     healthy_sim = store_sim(op, "healthy_training", seed=7)
-    imbalance = _job_pk(a, imbalance_sim.jobs[0])
-    healthy_jobs = {_job_pk(a, j): j for j in healthy_sim.jobs}
+    imbalance = job_pk(a.operator.pk, imbalance_sim.jobs[0])
+    healthy_jobs = {job_pk(a.operator.pk, j): j for j in healthy_sim.jobs}
     # The ingest signal recorded every job's data span; the fan-out would evaluate them all.
     due = selectors.jobs_due_for_evaluation(services.ACTIVE_S)
     assert {(op, imbalance), *((op, j) for j in healthy_jobs)} <= set(due)
@@ -114,7 +97,7 @@ def test_concurrent_evaluations_of_one_job_run_once(
     a = make_tenant("live-b")
     op = a.operator.pk
     sim = store_sim(op, "sequence_imbalance")
-    job = _job_pk(a, sim.jobs[0])
+    job = job_pk(a.operator.pk, sim.jobs[0])
     expected = len(sim.offline_families[sim.jobs[0]])
     assert expected == 1  # the reference case is found (test above)
     # A held lock: the evaluation is skipped, not queued behind it.
@@ -122,20 +105,11 @@ def test_concurrent_evaluations_of_one_job_run_once(
         assert acquired
         assert services.evaluate_job(op, job).status == "busy"
     statuses: list[str] = []
-    barrier = threading.Barrier(3)
 
-    def evaluate() -> None:
-        try:
-            barrier.wait()
-            statuses.append(services.evaluate_job(op, job).status)
-        finally:
-            connections.close_all()
+    def evaluate(_: int) -> None:
+        statuses.append(services.evaluate_job(op, job).status)
 
-    threads = [threading.Thread(target=evaluate) for _ in range(3)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_together(evaluate, 3)
     assert statuses.count("evaluated") >= 1
     assert "busy" in statuses
     with tenant_context(op):
@@ -183,7 +157,7 @@ def test_ingest_signal_is_debounced_and_enqueues_the_evaluation(
 def test_real_price_with_list_prices() -> None:
     a = make_tenant("live-d")
     op = a.operator.pk
-    job = _job_pk(a, store_sim(op, "healthy_training", seed=7).jobs[0])
+    job = job_pk(a.operator.pk, store_sim(op, "healthy_training", seed=7).jobs[0])
     services.evaluate_job(op, job)
     admin = a.principal(a.operator_admin)
     with tenant_context(op):
@@ -227,7 +201,7 @@ def test_unattributed_node_samples_extend_only_a_live_job() -> None:
         ingest_services.store_batch(op, decode_batch(batch, Limits()))
 
     store(1, t0, "job-9", [process])
-    job = _job_pk(a, "job-9")
+    job = job_pk(a.operator.pk, "job-9")
 
     def span() -> tuple[float, float]:
         with tenant_context(op):
@@ -279,25 +253,14 @@ def test_concurrent_batches_of_one_job_widen_its_span_without_losing_either() ->
     a = make_tenant("live-g")
     op = a.operator.pk
     t0 = time.time() - 600
-    barrier = threading.Barrier(4)
-    errors: list[BaseException] = []
-
-    def store(k: int) -> None:
-        try:
-            batch = gpu_batch(f"agent-{k}", 1, node=f"node-{k}", job="job-c", start=t0 + 100 * k)
-            decoded = decode_batch(batch, Limits())
-            barrier.wait()
-            ingest_services.store_batch(op, decoded)
-        except BaseException as exc:
-            errors.append(exc)
-        finally:
-            connections.close_all()
-
-    threads = [threading.Thread(target=store, args=(k,)) for k in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    batches = [
+        decode_batch(
+            gpu_batch(f"agent-{k}", 1, node=f"node-{k}", job="job-c", start=t0 + 100 * k),
+            Limits(),
+        )
+        for k in range(4)
+    ]
+    errors = run_together(lambda k: ingest_services.store_batch(op, batches[k]), 4)
     assert errors == []
     with tenant_context(op):
         activity = JobActivity.objects.for_tenant(op).get(job__job_id="job-c")
