@@ -467,6 +467,26 @@ def data_lines(buf: bytes) -> int:
     return buf.count(b"\n")
 
 
+def _read_chunk(fh: Any, read1: Any) -> tuple[list[bytes], Exception | None]:
+    """Up to _CHUNK bytes of `fh` in pieces, and the damage that stopped the read, if any."""
+    parts: list[bytes] = []
+    size = 0
+    try:
+        # read1 hands over what is decompressed so far, so a stream cut short still yields
+        # every complete line before the damage (read() would drop them).
+        while size < _CHUNK:
+            part = read1(_CHUNK - size) if read1 is not None else fh.read(_CHUNK)
+            if not part:
+                break
+            parts.append(part)
+            size += len(part)
+            if read1 is None:
+                break
+    except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
+        return parts, exc
+    return parts, None
+
+
 def _fast_records(
     fh: Any,
     store: TraceStore,
@@ -491,25 +511,13 @@ def _fast_records(
     while True:
         chunk = b""
         if not broken:
-            parts: list[bytes] = []
-            size = 0
-            try:
-                # read1 hands over what is decompressed so far, so a stream cut short still
-                # yields every complete line before the damage (read() would drop them).
-                while size < _CHUNK:
-                    part = read1(_CHUNK - size) if read1 is not None else fh.read(_CHUNK)
-                    if not part:
-                        break
-                    parts.append(part)
-                    size += len(part)
-                    if read1 is None:
-                        break
-            except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
+            parts, damage = _read_chunk(fh, read1)
+            if damage is not None:
                 broken = True
                 problem(
                     Problem(
                         lineno + data_lines(tail) + sum(data_lines(p) for p in parts) + 1,
-                        f"compressed stream is damaged or cut short: {exc}",
+                        f"compressed stream is damaged or cut short: {damage}",
                     )
                 )
             chunk = b"".join(parts)
