@@ -21,7 +21,7 @@ join can serve records of several nodes (the simulated cluster played through on
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from agent import signals
@@ -121,12 +121,7 @@ class IdentityJoin:
                 pkey = (rnode, pid)
                 ident = self._pids.get(pkey)
                 if ident is not None:
-                    for key in _PID_KEYS:
-                        if key not in rec:
-                            value = ident.get(key)
-                            if value is not None:
-                                rec[key] = value
-                                filled += 1
+                    filled += _fill_missing(rec, ident, _PID_KEYS)
                 # A process seen gone without an exit code (identity collector) ends too.
                 ended = rtype == TYPE_EXIT or (
                     rtype == "event" and rec.get("name") == signals.EVENT_PROCESS_GONE
@@ -151,10 +146,7 @@ class IdentityJoin:
             if gpu is not None and pid is None:
                 agreed = self._gpu_agreement().get(gpu)
                 if agreed:
-                    for key, value in agreed.items():
-                        if key not in rec:
-                            rec[key] = value
-                            filled += 1
+                    filled += _fill_missing(rec, agreed, agreed)
         self.filled += filled
         if self._expiry and now is not None:
             self._forget_exited(now)
@@ -166,3 +158,15 @@ class IdentityJoin:
             self._pids.pop(key, None)
         if gone:
             self._gpu_ident = None
+
+
+def _fill_missing(rec: Record, source: Mapping[str, Any], keys: Iterable[str]) -> int:
+    """Copy `keys` the record lacks from `source` (None values are not copied); how many."""
+    filled = 0
+    for key in keys:
+        if key not in rec:
+            value = source.get(key)
+            if value is not None:
+                rec[key] = value
+                filled += 1
+    return filled
