@@ -41,7 +41,7 @@ from agent.ebpf.calls import (
     SYNC_CALLS,
     Call,
 )
-from agent.ebpf.loader import LoadedProgram, load_in_child
+from agent.ebpf.loader import LoadedProgram, load_in_child, load_or_explain
 
 log = logging.getLogger(__name__)
 
@@ -153,17 +153,20 @@ class EbpfCollector:
         """Compile and load the BPF program. False (with `unavailable_reason`) if it cannot."""
         if self.available is not None:
             return self.available
+        self._bpf, self.unavailable_reason = load_or_explain(
+            self._load_with_slot, log, "ebpf collector"
+        )
+        self.available = self._bpf is not None
+        return self.available
+
+    def _load_with_slot(self) -> LoadedProgram:
+        bpf = self.bpf_loader()
         try:
-            self._bpf = self.bpf_loader()
-            bpfsys.update(self._map("control"), _U32.pack(0), _U32.pack(self._slot))
-        except Exception as error:  # the loader says why (compile error, privileges, …)
-            self.available = False
-            self.unavailable_reason = f"BPF programs cannot be loaded: {error}"
-            log.warning("ebpf collector disabled: %s", self.unavailable_reason)
-            self._bpf = None
-            return False
-        self.available = True
-        return True
+            bpfsys.update(bpf.maps["control"], _U32.pack(0), _U32.pack(self._slot))
+        except BaseException:
+            bpf.close()
+            raise
+        return bpf
 
     def close(self) -> None:
         """Detach every probe and free the maps."""

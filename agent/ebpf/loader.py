@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import socket
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import resources
+from typing import TypeVar
 
 from agent.ebpf.calls import PROBES, cflags
 
@@ -44,6 +47,21 @@ SPECS: dict[str, ProgramSpec] = {
     ),
 }
 _MAX_MESSAGE = 1 << 16
+
+_Program = TypeVar("_Program")
+
+
+def load_or_explain(
+    load: Callable[[], _Program], log: logging.Logger, what: str
+) -> tuple[_Program | None, str | None]:
+    """(the loaded program, None), or (None, why not) with the reason logged once as `what`
+    being disabled: a node where BPF cannot load keeps its agent running without it."""
+    try:
+        return load(), None
+    except Exception as error:  # the loader says why (compile error, privileges, …)
+        reason = f"BPF programs cannot be loaded: {error}"
+        log.warning("%s disabled: %s", what, reason)
+        return None, reason
 
 
 def probes_source() -> str:

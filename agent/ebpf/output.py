@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from agent import signals
 from agent.collectors._common import Record, WarnOnce
 from agent.ebpf import bpfsys, discovery
-from agent.ebpf.loader import WRITE_PROGRAM, LoadedProgram, load_in_child
+from agent.ebpf.loader import WRITE_PROGRAM, LoadedProgram, load_in_child, load_or_explain
 
 log = logging.getLogger(__name__)
 
@@ -118,16 +118,11 @@ class OutputCapture:
     def start(self) -> bool:
         if self.available is not None:
             return self.available
-        try:
-            self._bpf = self.bpf_loader()
-        except Exception as error:  # the loader says why (compile error, privileges, …)
-            self.available = False
-            self.unavailable_reason = f"BPF programs cannot be loaded: {error}"
-            log.warning("ebpf output capture disabled: %s", self.unavailable_reason)
-            self._bpf = None
-            return False
-        self.available = True
-        return True
+        self._bpf, self.unavailable_reason = load_or_explain(
+            self.bpf_loader, log, "ebpf output capture"
+        )
+        self.available = self._bpf is not None
+        return self.available
 
     def close(self) -> None:
         if self._bpf is not None:
