@@ -23,6 +23,7 @@ from agent.commands._backend import _assemble_node
 from agent.config import parse_config
 from agent.runtime import Agent, ManualClock, MemorySink
 from agent.runtime.node_backend import NodeBackend
+from agent.tests.fakeproc import write_host_files
 from agent.tests.fileserver import serve
 from agent.tests.ttar import extract
 from agent.trace import check_record
@@ -36,12 +37,7 @@ T0 = 1_700_000_000.0
 def fake_proc(root: Path) -> Path:
     """A proc tree: host files, NFS/disk statistics and one Slurm rank-2 training process."""
     proc = root / "proc"
-    (proc / "self").mkdir(parents=True)
-    shutil.copy(DATA / "proc/mountstats_nfs.txt", proc / "self/mountstats")
-    shutil.copy(DATA / "proc/diskstats.txt", proc / "diskstats")
-    (proc / "self/mountinfo").write_text("22 1 8:4 / / rw - ext4 /dev/sda4 rw\n")
-    (proc / "stat").write_text("cpu  10 0 10 80 0 0 0 0 0 0\nbtime 1700000000\n")
-    (proc / "meminfo").write_text("MemTotal: 1000 kB\nMemAvailable: 400 kB\n")
+    write_host_files(proc)
     pid = proc / str(PID)
     pid.mkdir()
     fields = ["S", "1"] + ["0"] * 17 + ["123456"] + ["0"] * 30  # field 22 = start time

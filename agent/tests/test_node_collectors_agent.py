@@ -1,7 +1,6 @@
 """The parsers' and file collectors' records through the real agent runtime: the Collector
 protocol, the identity join (node filled, pid → job), one ordered, valid batch per tick."""
 
-import shutil
 from pathlib import Path
 
 from agent import signals
@@ -13,6 +12,7 @@ from agent.collectors.kmsg import KmsgCollector
 from agent.collectors.logtail import LogTailCollector, TailSpec
 from agent.collectors.storage import StorageCollector
 from agent.runtime import Agent, Collector, ManualClock, MemorySink
+from agent.tests.fakeproc import write_host_files
 from agent.tests.fileserver import serve
 from agent.tests.ttar import extract
 from agent.trace import check_record
@@ -24,12 +24,7 @@ def test_collectors_under_the_agent_loop(tmp_path: Path) -> None:
     sysfs = tmp_path / "sys"
     extract(DATA / "infiniband/sysfs_infiniband_counters_hw_counters_procfs.ttar", sysfs)
     proc = tmp_path / "proc"
-    (proc / "self").mkdir(parents=True)
-    shutil.copy(DATA / "proc/mountstats_nfs.txt", proc / "self/mountstats")
-    shutil.copy(DATA / "proc/diskstats.txt", proc / "diskstats")
-    (proc / "self/mountinfo").write_text("22 1 8:4 / / rw - ext4 /dev/sda4 rw\n")
-    (proc / "stat").write_text("cpu  10 0 10 80 0 0 0 0 0 0\nbtime 1700000000\n")
-    (proc / "meminfo").write_text("MemTotal: 1000 kB\nMemAvailable: 400 kB\n")
+    write_host_files(proc)
     kmsg = tmp_path / "kmsg"
     kmsg.write_text("")
     job_log = tmp_path / "slurm-4242.out"
