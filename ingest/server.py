@@ -37,6 +37,9 @@ log = logging.getLogger(__name__)
 
 SERVICE_NAME = "proof.ingest.v1.Ingest"
 REJECTED_SEQUENCE_KEY = "proof-rejected-sequence"
+# How often an open stream re-checks its agent token (one indexed lookup per stream per
+# interval): a revoked token stops being honoured within this many seconds.
+TOKEN_RECHECK_S = 10.0
 _STATUS = {
     services.StoreStatus.STORED: ingest_pb2.Ack.STORED,
     services.StoreStatus.DUPLICATE: ingest_pb2.Ack.DUPLICATE,
@@ -146,17 +149,23 @@ def _bearer(context: grpc.ServicerContext) -> str:
 class IngestServicer(ingest_pb2_grpc.IngestServicer):
     """Decodes and authenticates only; processing is plain functions."""
 
-    def __init__(self, writer: StorageWriter, limits: Limits) -> None:
+    def __init__(
+        self, writer: StorageWriter, limits: Limits, token_recheck_s: float = TOKEN_RECHECK_S
+    ) -> None:
         self.writer = writer
         self.limits = limits
+        self.token_recheck_s = token_recheck_s
 
-    def _authenticate(self, context: grpc.ServicerContext) -> int:
-        token = _bearer(context)
+    @staticmethod
+    def _resolve(token: str) -> int | None:
         try:
-            operator_id = resolve_agent_token(token) if token else None
+            return resolve_agent_token(token) if token else None
         finally:
             # RPC threads come from a pool; do not leave a connection parked on each.
             connections.close_all()
+
+    def _authenticate(self, context: grpc.ServicerContext) -> int:
+        operator_id = self._resolve(_bearer(context))
         if operator_id is None:
             metrics.AUTH_FAILURES.inc()
             context.abort(
@@ -202,6 +211,7 @@ class IngestServicer(ingest_pb2_grpc.IngestServicer):
         self, request_iterator: Iterator[Any], context: grpc.ServicerContext
     ) -> Iterator[Any]:
         operator_id = self._authenticate(context)
+        token = _bearer(context)
         events: queue.Queue[tuple[Any, ...]] = queue.Queue()
         context.add_callback(lambda: events.put(("cancelled",)))
         stop_reading = threading.Event()
@@ -217,11 +227,20 @@ class IngestServicer(ingest_pb2_grpc.IngestServicer):
             return done
 
         def read() -> None:
+            checked = time.monotonic()
             try:
                 for raw in request_iterator:
                     arrived = time.monotonic()
                     if stop_reading.is_set():
                         break
+                    if arrived - checked >= self.token_recheck_s:
+                        # A token revoked while its stream is open cuts the stream off: no
+                        # batch after the revocation is seen is stored.
+                        if self._resolve(token) != operator_id:
+                            metrics.AUTH_FAILURES.inc()
+                            events.put(("revoked",))
+                            return
+                        checked = arrived
                     sequence = 0
                     try:
                         batch = _parse_batch(raw, self.limits)
@@ -250,6 +269,7 @@ class IngestServicer(ingest_pb2_grpc.IngestServicer):
         reader.start()
         pending, ended = 0, False
         rejection: tuple[int, str] | None = None
+        revoked = False
         failure: tuple[int, BaseException] | None = None
         try:
             while not ((ended or failure is not None) and pending == 0):
@@ -277,6 +297,8 @@ class IngestServicer(ingest_pb2_grpc.IngestServicer):
                     failure = failure or (event[1], event[2])
                 elif kind == "reject":
                     rejection = (event[1], event[2])
+                elif kind == "revoked":
+                    revoked = True
                 elif kind == "end":
                     ended = True
                 elif kind == "cancelled":
@@ -289,6 +311,11 @@ class IngestServicer(ingest_pb2_grpc.IngestServicer):
                 grpc.StatusCode.UNAVAILABLE,
                 f"batch {failure[0]} could not be stored ({type(failure[1]).__name__}); "
                 "resend it and the unacked batches after it",
+            )
+        if revoked:
+            context.abort(
+                grpc.StatusCode.UNAUTHENTICATED,
+                "agent token revoked: the stream is closed and nothing after this is stored",
             )
         if rejection is not None:
             context.set_trailing_metadata(((REJECTED_SEQUENCE_KEY, str(rejection[0])),))
@@ -325,6 +352,7 @@ class IngestServer:
         queue_depth: int = 64,
         max_streams: int = 512,
         limits: Limits | None = None,
+        token_recheck_s: float = TOKEN_RECHECK_S,
     ) -> None:
         if (tls_cert is None) != (tls_key is None):
             raise ValueError("TLS needs both a certificate and a key")
@@ -352,7 +380,7 @@ class IngestServer:
             ],
         )
         self.server.add_generic_rpc_handlers(
-            (service_handler(IngestServicer(self.writer, self.limits)),)
+            (service_handler(IngestServicer(self.writer, self.limits, token_recheck_s)),)
         )
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         address = f"{host}:{port}"

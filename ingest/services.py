@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
+import time
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -19,7 +20,7 @@ from typing import Any
 
 import numpy as np
 from django.db import connection, transaction
-from django.db.models import Max
+from django.db.models import Max, Q
 
 from ingest import blocks
 from ingest.models import (
@@ -62,6 +63,11 @@ class StoreOutcome:
 _cache_lock = threading.Lock()
 _series_ids: dict[tuple[int, str], int] = {}
 _node_ids: dict[tuple[int, str], int] = {}
+# Node pk → when this process last wrote its last_seen_at (time.monotonic()). Batches move
+# last_seen_at forward at most once per NODE_SEEN_INTERVAL_S per node: one UPDATE per node
+# per interval, not one per batch.
+NODE_SEEN_INTERVAL_S = 30.0
+_node_seen: dict[int, float] = {}
 
 
 def clear_caches() -> None:
@@ -71,6 +77,7 @@ def clear_caches() -> None:
     with _cache_lock:
         _series_ids.clear()
         _node_ids.clear()
+        _node_seen.clear()
     selectors.clear_cache()
 
 
@@ -144,6 +151,7 @@ def store_batch(operator_id: int, batch: DecodedBatch, now: datetime | None = No
         if not _claim_receipt(operator_id, batch, now):
             return StoreOutcome(StoreStatus.DUPLICATE, batch.sample_count)
         node_ids = _ensure_nodes(operator_id, _node_names(batch), now)
+        _touch_nodes(node_ids.values(), now)
         job_ids = _ensure_jobs(operator_id, batch, now)
         series_ids = _resolve_series(operator_id, batch.series, node_ids, job_ids)
         write_blocks(_block_rows(operator_id, batch, series_ids, node_ids))
@@ -241,6 +249,21 @@ def _ensure_nodes(operator_id: int, names: set[str], now: datetime) -> dict[str,
         found.update(fresh)
         _publish(_node_ids, {(operator_id, n): i for n, i in fresh.items()})
     return found
+
+
+def _touch_nodes(node_pks: Iterable[int], now: datetime) -> None:
+    """Move the batch's nodes' last_seen_at to `now`, for those not touched within
+    NODE_SEEN_INTERVAL_S by this process (one statement for all of them)."""
+    tick = time.monotonic()
+    due = [pk for pk in node_pks if tick - _node_seen.get(pk, -1e18) >= NODE_SEEN_INTERVAL_S]
+    if not due:
+        return
+    Node.objects.filter(Q(last_seen_at__isnull=True) | Q(last_seen_at__lt=now), id__in=due).update(
+        last_seen_at=now
+    )
+    with _cache_lock:
+        for pk in due:
+            _node_seen[pk] = tick
 
 
 def _job_refs(batch: DecodedBatch) -> set[str]:

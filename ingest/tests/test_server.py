@@ -242,3 +242,41 @@ def test_server_restarted_mid_stream_loses_nothing_that_was_acked() -> None:
     for series in data:
         assert len(series.ts) == 10 * total
         assert np.all(np.diff(series.ts) == 1.0)
+
+
+def test_token_revoked_mid_stream_cuts_the_open_stream_off() -> None:
+    services.clear_caches()
+    srv = IngestServer("127.0.0.1", 0, writers=1, queue_depth=8, token_recheck_s=0.0)
+    srv.start()
+    try:
+        tenant = make_tenant("srv-revoke-live")
+        token, plaintext = tenant_services.do_create_agent_token(tenant.operator.pk, name="n")
+        first_acked = threading.Event()
+
+        def batches() -> Iterator[Any]:
+            yield gpu_batch(agent_id="rv", sequence=1)
+            assert first_acked.wait(30)
+            yield gpu_batch(agent_id="rv", sequence=2)
+            yield gpu_batch(agent_id="rv", sequence=3)
+
+        acks: list[Any] = []
+        error: grpc.RpcError | None = None
+        with grpc.insecure_channel(f"127.0.0.1:{srv.port}") as channel:
+            stub = ingest_pb2_grpc.IngestStub(channel)
+            metadata = (("authorization", f"Bearer {plaintext}"),)
+            try:
+                for ack in stub.Stream(batches(), metadata=metadata):
+                    acks.append(ack)
+                    tenant_services.do_revoke_agent_token(
+                        tenant.principal(tenant.operator_admin), token.pk
+                    )
+                    first_acked.set()
+            except grpc.RpcError as exc:
+                error = exc
+        assert [a.sequence for a in acks] == [1]
+        assert error is not None and error.code() == grpc.StatusCode.UNAUTHENTICATED
+        assert "revoked" in (error.details() or "")
+        assert receipts(tenant.operator.pk, "rv") == [1]
+        assert stored_samples(tenant.operator.pk) == 40
+    finally:
+        srv.stop(grace=1)

@@ -246,3 +246,28 @@ def test_blocks_table_has_row_level_security_on_parent_and_partitions() -> None:
         rows = cursor.fetchall()
     assert len(rows) >= 10  # parent, default and the daily partitions around today
     assert all(enabled and forced for _name, enabled, forced in rows), rows
+
+
+def test_batches_move_node_last_seen_at_forward_at_most_once_per_interval() -> None:
+    from datetime import UTC, datetime, timedelta
+
+    tenant = make_tenant("ing-seen")
+    op = tenant.operator.pk
+    t0 = datetime.now(UTC) - timedelta(minutes=5)
+    with tenant_context(op):
+        Node.objects.create(operator_id=op, hostname="node-a", last_seen_at=None)
+
+    def seen() -> datetime | None:
+        with tenant_context(op):
+            return Node.objects.for_tenant(op).get(hostname="node-a").last_seen_at
+
+    services.store_batch(op, decode_batch(gpu_batch(sequence=1), LIMITS), now=t0)
+    assert seen() == t0
+    # Within the interval: no further write for this node.
+    services.store_batch(op, decode_batch(gpu_batch(sequence=2), LIMITS), now=t0 + timedelta(1))
+    assert seen() == t0
+    # Once the interval has passed (as far as this process knows), the next batch moves it.
+    services._node_seen.clear()
+    later = t0 + timedelta(seconds=90)
+    services.store_batch(op, decode_batch(gpu_batch(sequence=3), LIMITS), now=later)
+    assert seen() == later
