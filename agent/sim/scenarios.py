@@ -70,6 +70,12 @@ def register(
     return deco
 
 
+def unregister(name: str) -> None:
+    """Forget a scenario; for tests that register their own and must not leak it into others
+    that iterate over every scenario."""
+    _REGISTRY.pop(name, None)
+
+
 def _load_builtin() -> None:
     global _loaded
     if _loaded:

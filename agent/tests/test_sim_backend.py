@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ from agent.runtime.sim_backend import (
     source_of,
 )
 from agent.sim import SimRun
-from agent.sim.scenarios import ScenarioContext, register
+from agent.sim.scenarios import ScenarioContext, register, unregister
 from agent.trace import TraceReader, validate_trace
 
 T0 = 1767225600.0
@@ -97,9 +98,15 @@ def build_tiny(ctx: ScenarioContext) -> SimRun:
     return run
 
 
-register(TINY, kind="training", family="slow_rank", description="test fixture, two nodes")(
-    build_tiny
-)
+@pytest.fixture(autouse=True)
+def tiny_scenario() -> Iterator[None]:
+    # Registered only while these tests run: agent/sim/tests plays every registered scenario
+    # and checks ground-truth rules that this two-node fixture does not follow.
+    register(TINY, kind="training", family="slow_rank", description="test fixture, two nodes")(
+        build_tiny
+    )
+    yield
+    unregister(TINY)
 
 
 def key(rec: Record) -> str:
