@@ -47,6 +47,16 @@ IDENTITY_KEYS: tuple[str, ...] = (NODE, GPU, GPU_INDEX, PID, JOB, RANK, LOCAL_RA
 # `tenant` is an identity key too, but it is never carried in a payload: ingest takes it from
 # the agent's token.
 
+# --- Name families (how a name says where it came from; for names outside this vocabulary) ---
+DCGM_PREFIX = "DCGM_FI_"  # every DCGM field, GPU scope
+DCGM_PROF_PREFIX = "DCGM_FI_PROF_"  # profiling fields: need DCGM, not NVML alone
+CUDA_PREFIX = "cuda."  # eBPF uprobes on the CUDA runtime
+NCCL_PREFIX = "nccl."  # eBPF uprobes on NCCL
+IB_PREFIX = "ib."  # InfiniBand port counters
+STORAGE_PREFIX = "storage."  # per-mount storage statistics
+# Inference servers' own metric names, and the agent's inference.* additions.
+INFERENCE_PREFIXES: tuple[str, ...] = ("vllm:", "sglang:", "tgi_", "inference.")
+
 # --- GPU scope (DCGM field names) -----------------------------------------------------------
 DCGM_FI_DEV_GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"
 DCGM_FI_PROF_GR_ENGINE_ACTIVE = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"

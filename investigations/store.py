@@ -145,7 +145,9 @@ _TERMINAL = ("completed", "failed", "cancelled")
 def is_gpu_scope(name: str) -> bool:
     """GPU scope in the vocabulary; a DCGM field outside it is taken as per-GPU too."""
     spec = signals.spec_for(name)
-    return (spec is not None and spec.scope is signals.Scope.GPU) or name.startswith("DCGM_FI_")
+    return (spec is not None and spec.scope is signals.Scope.GPU) or name.startswith(
+        signals.DCGM_PREFIX
+    )
 
 
 def _cut(s: SeriesData, t0: float, t1: float) -> SeriesData:

@@ -326,7 +326,7 @@ def build_job_window(
     gpu_parts: dict[tuple[str, str], list[SeriesData]] = {}
     for s in series:
         i = s.info
-        if i.name.startswith(("vllm:", "sglang:", "tgi_", "inference.")):
+        if i.name.startswith(signals.INFERENCE_PREFIXES):
             inference.append(s)
             continue
         if is_gpu_scope(i.name):
@@ -342,7 +342,7 @@ def build_job_window(
                 if arr is None:
                     arr = proc[i.name] = np.full((n_r, n_t), np.nan)
                 # nccl.* come per op: summed over ops.
-                _place(arr, row, s, t0, dt, add=i.name.startswith("nccl."))
+                _place(arr, row, s, t0, dt, add=i.name.startswith(signals.NCCL_PREFIX))
             elif i.name == signals.HOST_CPU_UTIL and i.rank is not None:
                 row = row_of_rank.get(i.rank)
                 if row is not None:
@@ -433,9 +433,9 @@ def missing_sources(w: JobWindow) -> set[str]:
     if not len(w.steps) and not w.checkpoints:
         missing.add(SRC_TRAINING_LOG)
     names = {s.info.name for ss in w.node_series.values() for s in ss}
-    if len(w.job_nodes()) > 1 and not any(n.startswith("ib.") for n in names):
+    if len(w.job_nodes()) > 1 and not any(n.startswith(signals.IB_PREFIX) for n in names):
         missing.add(SRC_INFINIBAND)
-    if not any(n.startswith("storage.") for n in names):
+    if not any(n.startswith(signals.STORAGE_PREFIX) for n in names):
         missing.add(SRC_STORAGE)
     return missing
 

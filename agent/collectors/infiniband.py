@@ -35,7 +35,7 @@ NORMATIVE: dict[str, str] = {
     "port_rcv_errors": signals.IB_PORT_RCV_ERRORS,
 }
 WORD_COUNTERS = frozenset({"port_xmit_data", "port_rcv_data"})  # 4-byte words → bytes
-IB_PREFIX = "ib."
+IB_PREFIX = signals.IB_PREFIX
 
 
 def _read(path: str) -> str | None:

@@ -69,11 +69,11 @@ def source_of(rec: Record) -> str:
     rtype = rec.get("type")
     if rtype == TYPE_SAMPLE:
         name: str = rec["name"]
-        if name.startswith("DCGM_FI_PROF_"):
+        if name.startswith(signals.DCGM_PROF_PREFIX):
             return SOURCE_DCGM
-        if name.startswith("DCGM_"):
+        if name.startswith(signals.DCGM_PREFIX):
             return SOURCE_NVML
-        if name.startswith(("vllm:", "sglang:", "tgi_", "inference.")):
+        if name.startswith(signals.INFERENCE_PREFIXES):
             return SOURCE_INFERENCE
         if signals.PID in rec:
             return SOURCE_EBPF

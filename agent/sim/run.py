@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from agent import signals
 from agent.trace import SampleColumns, TraceWriter
 
 Identity = Mapping[str, Any]
@@ -24,11 +25,14 @@ Identity = Mapping[str, Any]
 # Sources an agent may be unable to read on a real node, and what goes missing without them:
 # (sample-name prefixes, record types).
 WITHHOLDABLE: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "ebpf": (("cuda.", "nccl."), ()),  # no BPF permission / unsupported kernel
-    "dcgm_prof": (("DCGM_FI_PROF_",), ()),  # no DCGM profiling (NVML-only node)
+    "ebpf": (
+        (signals.CUDA_PREFIX, signals.NCCL_PREFIX),
+        (),
+    ),  # no BPF permission / unsupported kernel
+    "dcgm_prof": ((signals.DCGM_PROF_PREFIX,), ()),  # no DCGM profiling (NVML-only node)
     "logs": ((), ("log",)),  # job stdout not captured
-    "ib": (("ib.",), ()),  # no InfiniBand counters readable
-    "storage": (("storage.",), ()),
+    "ib": ((signals.IB_PREFIX,), ()),  # no InfiniBand counters readable
+    "storage": ((signals.STORAGE_PREFIX,), ()),
     "kernel_log": ((), ("event",)),  # no kmsg access: no XID / throttle / link events
 }
 

@@ -76,7 +76,7 @@ def _mount_series(
     for series in w.node_series.values():
         for s in series:
             m = s.info.label("mount")
-            if m and s.info.name.startswith("storage."):
+            if m and s.info.name.startswith(signals.STORAGE_PREFIX):
                 by_mount.setdefault(m, {}).setdefault(s.info.name, []).append(s)
     if not by_mount:
         return None, {}
