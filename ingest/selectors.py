@@ -72,25 +72,46 @@ _SERIES_SQL = """
     FROM ingest_series s
     LEFT JOIN ingest_node n ON n.id = s.node_id
     LEFT JOIN ingest_job j ON j.id = s.job_id
-    WHERE s.id IN ({ids})
+    WHERE s.id {match}
 """
+
+
+def _raw_fetchall(sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
+    """Rows of one query on the current connection (same transaction, same tenant setting).
+
+    On PostgreSQL through a plain psycopg cursor: parameters are bound server-side instead of
+    being spliced into the SQL text client-side.
+    """
+    if connection.vendor == "postgresql":
+        import psycopg
+
+        connection.ensure_connection()
+        with psycopg.Cursor(connection.connection) as raw:
+            raw.execute(sql, params)
+            return raw.fetchall()
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchall()
 
 
 def _infos(qs: Any) -> tuple[dict[int, SeriesInfo], set[int]]:
     """SeriesInfo of the series the (tenant-scoped) queryset selects, with their node ids.
 
     Series rows never change once written, so they are cached per process; the queryset only
-    has to produce ids. One raw query fills the misses (the ORM's per-row JSON decoding
-    cost more than the rest of a 6,400-series read).
+    has to produce ids (one plain query, no ORM row objects). One raw query fills the misses
+    (the ORM's per-row JSON decoding cost more than the rest of a 6,400-series read).
     """
-    ids = list(qs.values_list("id", flat=True))
-    missing = [i for i in ids if i not in _INFO_CACHE]
-    for start in range(0, len(missing), 10_000):
-        part = missing[start : start + 10_000]
-        with connection.cursor() as cursor:
-            cursor.execute(_SERIES_SQL.format(ids=", ".join(["%s"] * len(part))), part)
-            rows = cursor.fetchall()
+    id_sql, id_params = qs.values_list("id", flat=True).query.sql_with_params()
+    with connection.cursor() as cursor:
+        cursor.execute(id_sql, id_params)
+        ids = [row[0] for row in cursor.fetchall()]
+    if any(i not in _INFO_CACHE for i in ids):
+        # The misses' rows, selected by the same query as a subquery: one round trip, no
+        # thousands of ids sent back (rows already cached are cheap to read again).
+        rows = _raw_fetchall(_SERIES_SQL.format(match=f"IN ({id_sql})"), list(id_params))
         for sid, name, node, gpu, gidx, pid, job, rank, lrank, labels, node_id in rows:
+            if sid in _INFO_CACHE:
+                continue
             if isinstance(labels, str):
                 labels = {} if labels in ("{}", "") else json.loads(labels)
             _INFO_CACHE[sid] = (
@@ -174,13 +195,19 @@ def _read_regular(
     the same timestamps (one collection tick for all). Then the node's samples are one
     (series × time) matrix and each series a row of it. False when the shape differs."""
     first = node_blocks[0].series_ids
+    n = len(first)
+    if n == 0:
+        return False
     ts_rows, value_rows = [], []
     for block in node_blocks:
-        n = len(first)
         if len(block.series_ids) != n or not np.array_equal(block.series_ids, first):
             return False
-        per = len(block.ts_ms) // n if n else 0
-        if n == 0 or per * n != len(block.ts_ms) or not np.all(block.counts == per):
+        if block.row_ts is not None:  # format 2 says so: no need to compare the rows
+            ts_rows.append(block.row_ts)
+            value_rows.append(block.values.reshape(n, len(block.row_ts)))
+            continue
+        per = len(block.ts_ms) // n
+        if per * n != len(block.ts_ms) or not np.all(block.counts == per):
             return False
         ts = block.ts_ms.reshape(n, per)
         if not np.array_equal(ts, np.broadcast_to(ts[0], ts.shape)):
@@ -191,8 +218,17 @@ def _read_regular(
     keep = (ts_all >= t0_ms) & (ts_all <= t1_ms)
     if len(ts_all) > 1 and not np.all(np.diff(ts_all[keep]) >= 0):
         return False
-    wanted = np.fromiter((i in infos for i in first.tolist()), dtype=bool, count=len(first))
-    matrix = np.concatenate(value_rows, axis=1)[wanted][:, keep]
+    wanted = np.fromiter((i in infos for i in first.tolist()), dtype=bool, count=n)
+    # Select rows (series) and columns (time) block by block: one copy of what is kept.
+    parts = []
+    at = 0
+    for values in value_rows:
+        width = values.shape[1]
+        cols = keep[at : at + width]
+        at += width
+        if cols.any():
+            parts.append(values[wanted][:, cols] if not cols.all() else values[wanted])
+    matrix = np.concatenate(parts, axis=1) if parts else np.zeros((int(wanted.sum()), 0))
     seconds = ts_all[keep] / 1000.0
     for row, sid in zip(matrix, first[wanted].tolist(), strict=True):
         out[sid] = SeriesData(infos[sid], seconds, row)

@@ -57,3 +57,29 @@ def test_concurrent_encoding_from_threads() -> None:
     for t in threads:
         t.join()
     assert errors == []
+
+
+def test_shared_timestamps_are_stored_once_and_format_1_still_decodes() -> None:
+    series, per = 50, 60
+    ids = np.arange(100, 100 + series, dtype=np.int64) * 3
+    counts = np.full(series, per)
+    ts = np.tile(1_790_000_000_000 + 1000 * np.arange(per), series)
+    values = np.random.default_rng(3).normal(0, 10, series * per)
+    v2 = blocks.encode(ids, counts, ts, values)
+    v1 = blocks.encode_v1(ids, counts, ts, values)
+    assert v2[:3] == b"PB2" and v1[:3] == b"PB1"
+    for payload in (v2, v1):
+        decoded = blocks.decode(payload)
+        np.testing.assert_array_equal(decoded.series_ids, ids)
+        np.testing.assert_array_equal(decoded.counts, counts)
+        np.testing.assert_array_equal(decoded.ts_ms, ts)
+        assert decoded.values.tobytes() == values.tobytes()
+    shared = blocks.decode(v2).row_ts
+    assert shared is not None and len(shared) == per
+    assert blocks.decode(v1).row_ts is None
+    # One series with a different clock: every timestamp is stored, and round-trips.
+    ts_odd = ts.copy()
+    ts_odd[per * 7 + 3] += 1
+    odd = blocks.decode(blocks.encode(ids, counts, ts_odd, values))
+    assert odd.row_ts is None
+    np.testing.assert_array_equal(odd.ts_ms, ts_odd)

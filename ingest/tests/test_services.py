@@ -271,3 +271,29 @@ def test_batches_move_node_last_seen_at_forward_at_most_once_per_interval() -> N
     later = t0 + timedelta(seconds=90)
     services.store_batch(op, decode_batch(gpu_batch(sequence=3), LIMITS), now=later)
     assert seen() == later
+
+
+def test_blocks_of_format_1_and_format_2_read_back_together(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from ingest import blocks
+
+    tenant = make_tenant("ing-formats")
+    op = tenant.operator.pk
+    start = float(int(time.time()) - 100)
+    # The first batch as a server from before format 2 wrote it, the second as now.
+    with monkeypatch.context() as patch:
+        patch.setattr(blocks, "encode", blocks.encode_v1)
+        store(op, gpu_batch(sequence=1, seconds=10, start=start))
+    store(op, gpu_batch(sequence=2, seconds=10, start=start + 10))
+    with tenant_context(op), connection.cursor() as cursor:
+        where = "" if connection.vendor == "postgresql" else f" WHERE operator_id = {op:d}"
+        cursor.execute(f"SELECT payload FROM {BLOCK_TABLE}{where} ORDER BY start_ms")
+        magics = [bytes(row[0])[:3] for row in cursor.fetchall()]
+    assert magics == [b"PB1", b"PB2"]
+    data = selectors.job_series(op, "job-1", start, start + 30)
+    util1 = {(d.info.gpu_index, d.info.name): d for d in data}[(1, signals.DCGM_FI_DEV_GPU_UTIL)]
+    np.testing.assert_allclose(util1.ts, start + np.arange(20))
+    np.testing.assert_array_equal(util1.values, 1000 + np.concatenate([np.arange(10)] * 2))
+    part = selectors.job_series(op, "job-1", start + 8, start + 11)
+    assert all(len(d.values) == 4 for d in part)
