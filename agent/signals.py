@@ -43,6 +43,7 @@ JOB = "job"
 RANK = "rank"
 LOCAL_RANK = "local_rank"
 STEP = "step"
+# In the order trace records are written (agent.trace.records): node first, what readers group by.
 IDENTITY_KEYS: tuple[str, ...] = (NODE, GPU, GPU_INDEX, PID, JOB, RANK, LOCAL_RANK, STEP)
 # `tenant` is an identity key too, but it is never carried in a payload: ingest takes it from
 # the agent's token.

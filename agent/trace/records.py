@@ -208,17 +208,7 @@ class _Base:
         return out
 
 
-# Order of identity keys in written records (node first: it is what a reader groups by).
-_IDENTITY_ORDER: tuple[str, ...] = (
-    "node",
-    "gpu",
-    "gpu_index",
-    "pid",
-    "job",
-    "rank",
-    "local_rank",
-    "step",
-)
+_IDENTITY_ORDER: tuple[str, ...] = signals.IDENTITY_KEYS
 
 
 @dataclass(slots=True, kw_only=True)
