@@ -99,7 +99,6 @@ class JobPlan:
     hiccup_per_step: float = 0.002
     samples_per_epoch: float = 5e6
     rerun_of: str | None = None
-    end_state: str | None = None  # forced end: ("cancelled", t) via cancel_at
     cancel_at: float | None = None
 
     def complete_after(self, steps: int, epochs: float = 1.0) -> None:

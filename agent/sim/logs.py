@@ -56,8 +56,6 @@ def _e(x: float) -> str:
 class Formatter:
     name = "base"
     log_interval = 10
-    has_lr = True
-    has_grad_norm = True
 
     def __init__(self, ckpt_dir: str, *, world_size: int) -> None:
         self.ckpt_dir = ckpt_dir
@@ -180,8 +178,6 @@ class Torchtitan(Formatter):
 
     name = "torchtitan"
     log_interval = 10
-    has_lr = False
-    has_grad_norm = False
 
     @staticmethod
     def _prefix(ts: float) -> str:
@@ -214,8 +210,6 @@ class NanoGPT(Formatter):
 
     name = "nanogpt"
     log_interval = 10
-    has_lr = False
-    has_grad_norm = False
 
     def __init__(self, ckpt_dir: str, *, world_size: int) -> None:
         super().__init__(ckpt_dir, world_size=world_size)
