@@ -93,20 +93,24 @@ class InfinibandCollector:
                 continue
             for port in ports:
                 pdir = str(ports_dir / port)
-                files: list[tuple[str, str, int]] = []
-                for sub in ("counters", "hw_counters"):
-                    cdir = pdir + "/" + sub
-                    try:
-                        names = sorted(os.listdir(cdir))
-                    except OSError:
-                        continue
-                    for counter in names:
-                        if not self.all_counters and counter not in NORMATIVE:
-                            continue
-                        mult = 4 if counter in WORD_COUNTERS else 1
-                        files.append((cdir + "/" + counter, self._name(counter), mult))
-                layout.append((dev, port, pdir, files))
+                layout.append((dev, port, pdir, self._counter_files(pdir)))
         return layout
+
+    def _counter_files(self, pdir: str) -> list[tuple[str, str, int]]:
+        """(path, signal name, multiplier) of each counter file of one port to read."""
+        files: list[tuple[str, str, int]] = []
+        for sub in ("counters", "hw_counters"):
+            cdir = pdir + "/" + sub
+            try:
+                names = sorted(os.listdir(cdir))
+            except OSError:
+                continue
+            for counter in names:
+                if not self.all_counters and counter not in NORMATIVE:
+                    continue
+                mult = 4 if counter in WORD_COUNTERS else 1
+                files.append((cdir + "/" + counter, self._name(counter), mult))
+        return files
 
     def collect(self, now: float) -> list[Record]:
         if self._layout is None or now - self._scanned_at >= self.rescan_s:
