@@ -27,6 +27,23 @@ log = logging.getLogger(__name__)
 
 REJECTED_SEQUENCE_KEY = "proof-rejected-sequence"
 _END = object()
+_STREAM_METHOD = "/proof.ingest.v1.Ingest/Stream"
+
+
+class EncodedBatch:
+    """A Batch already serialized (as the spool stores it): sent as is, never re-encoded."""
+
+    __slots__ = ("data", "sequence")
+
+    def __init__(self, sequence: int, data: bytes) -> None:
+        self.sequence = sequence
+        self.data = data
+
+
+def _serialize_batch(batch: Any) -> bytes:
+    if isinstance(batch, EncodedBatch):
+        return batch.data
+    return batch.SerializeToString()  # type: ignore[no-any-return]
 
 
 @dataclass(frozen=True)
@@ -86,6 +103,12 @@ class BatchSender:
         keep_latencies: bool = True,
     ) -> None:
         self.stub = ingest_pb2_grpc.IngestStub(channel)
+        # Stream takes Batch messages or EncodedBatch (bytes the sink has already encoded).
+        self._stream = channel.stream_stream(
+            _STREAM_METHOD,
+            request_serializer=_serialize_batch,
+            response_deserializer=ingest_pb2.Ack.FromString,
+        )
         self.metadata = (("authorization", f"Bearer {token}"),)
         self.window = window
         self.retry_delay = retry_delay
@@ -125,7 +148,8 @@ class BatchSender:
         )
 
     def send(self, batch: Any, timeout: float | None = None) -> None:
-        """Queue a batch for delivery; blocks while `window` batches await their ack."""
+        """Queue a batch (a Batch or an EncodedBatch) for delivery; blocks while `window`
+        batches await their ack."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._lock:
             while len(self._unacked) >= self.window and self._fatal is None:
@@ -186,7 +210,7 @@ class BatchSender:
                 for s in self._unacked:
                     self._unacked[s] = (self._unacked[s][0], now)
                 outbox = self._outbox
-            call = self.stub.Stream(self._requests(resend, outbox), metadata=self.metadata)
+            call = self._stream(self._requests(resend, outbox), metadata=self.metadata)
             try:
                 for ack in call:
                     self._failures = 0

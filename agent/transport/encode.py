@@ -28,22 +28,82 @@ def _as_dict(record: Any) -> Mapping[str, Any]:
     return record if isinstance(record, Mapping) else record.to_dict()
 
 
-class BatchBuilder:
-    """Accumulates records; `build(sequence)` returns the Batch and starts a new one."""
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
 
-    def __init__(self, agent_id: str) -> None:
+
+def _field(tag: int, payload: bytes) -> bytes:
+    """One length-delimited field (wire type 2) of a message, as it is serialized."""
+    return _varint(tag << 3 | 2) + _varint(len(payload)) + payload
+
+
+_STRINGS_FIELD = 3  # Batch.strings
+_SERIES_FIELD = 4  # Batch.series
+_AGENT_ID_FIELD = 1  # Batch.agent_id
+# What identifies a sample's series, in the order of the cache key (labels come last).
+_KEY_FIELDS = (
+    "name",
+    signals.NODE,
+    signals.GPU,
+    signals.GPU_INDEX,
+    signals.PID,
+    signals.JOB,
+    signals.RANK,
+    signals.LOCAL_RANK,
+)
+
+
+class BatchBuilder:
+    """Accumulates records; `build_bytes(sequence)` returns the serialized Batch and starts a
+    new one (`build(sequence)`: the same as a message).
+
+    The string dictionary and the series definitions are kept across batches (a
+    "generation"): a series seen before costs one dict lookup and three list appends per
+    sample, and its SeriesDef is serialized once, not once per batch. Every batch carries the
+    generation's whole dictionary, so it stays self-contained (the wire format is unchanged:
+    any batch decodes on its own; some of its strings may be unused). A generation ends, and
+    the caches start empty, every `generation_batches` batches or once the dictionary or the
+    series table grows past its cap, so strings no longer used (exited pids, finished jobs)
+    are not carried for long.
+    """
+
+    def __init__(
+        self,
+        agent_id: str,
+        *,
+        generation_batches: int = 60,
+        max_strings: int = 20_000,
+        max_string_bytes: int = 1 << 20,
+        max_series: int = 20_000,
+    ) -> None:
         self.agent_id = agent_id
+        self.generation_batches = generation_batches
+        self.max_strings = max_strings
+        self.max_string_bytes = max_string_bytes
+        self.max_series = max_series
         self.dropped = 0  # non-finite sample values dropped, over the builder's life
+        self._agent_id_bytes = _field(_AGENT_ID_FIELD, agent_id.encode())
+        self._new_generation()
         self._reset()
 
-    def _reset(self) -> None:
+    def _new_generation(self) -> None:
         self._strings: dict[str, int] = {"": 0}
+        self._string_bytes = bytearray(_field(_STRINGS_FIELD, b""))
         self._series: dict[tuple[Any, ...], int] = {}
-        self._defs: list[Any] = []
-        self._ts: list[list[float]] = []
-        self._values: list[list[float]] = []
+        self._series_entries: list[bytes] = []  # serialized Batch.series field, per index
+        self._generation_age = 0
+
+    def _reset(self) -> None:
+        self._idx: list[int] = []  # per sample added one by one: series index, ts (s), value
+        self._ts: list[float] = []
+        self._values: list[float] = []
         self._arrays: list[tuple[int, np.ndarray, np.ndarray]] = []
-        self._batch = ingest_pb2.Batch(agent_id=self.agent_id)
+        self._batch = ingest_pb2.Batch()
         self.samples = 0
         self.records = 0
 
@@ -56,6 +116,8 @@ class BatchBuilder:
         text = str(value)
         index = self._strings.get(text)
         if index is None:
+            # A lone surrogate (a path decoded with surrogateescape) cannot go on the wire.
+            self._string_bytes += _field(_STRINGS_FIELD, text.encode("utf-8", "replace"))
             index = self._strings[text] = len(self._strings)
         return index
 
@@ -77,27 +139,25 @@ class BatchBuilder:
         return out
 
     def _series_index(self, name: str, rec: Mapping[str, Any]) -> int:
-        labels = rec.get("labels") or {}
+        labels = rec.get("labels")
         key = (
             name,
-            rec.get(signals.NODE),
-            rec.get(signals.GPU),
-            rec.get(signals.GPU_INDEX),
-            rec.get(signals.PID),
-            rec.get(signals.JOB),
-            rec.get(signals.RANK),
-            rec.get(signals.LOCAL_RANK),
-            tuple(sorted(labels.items())),
+            *map(rec.get, _KEY_FIELDS[1:]),
+            tuple(sorted(labels.items())) if labels else (),
         )
         index = self._series.get(key)
         if index is None:
-            sd = ingest_pb2.SeriesDef(name=self._s(name), labels=self._labels(labels))
-            # `step` is not part of a series' identity: it changes every iteration.
-            self._identity(sd.identity, rec, with_step=False)
-            index = self._series[key] = len(self._defs)
-            self._defs.append(sd)
-            self._ts.append([])
-            self._values.append([])
+            index = self._new_series(key, name, rec, labels)
+        return index
+
+    def _new_series(
+        self, key: tuple[Any, ...], name: str, rec: Mapping[str, Any], labels: Any
+    ) -> int:
+        sd = ingest_pb2.SeriesDef(name=self._s(name), labels=self._labels(labels))
+        # `step` is not part of a series' identity: it changes every iteration.
+        self._identity(sd.identity, rec, with_step=False)
+        index = self._series[key] = len(self._series_entries)
+        self._series_entries.append(_field(_SERIES_FIELD, sd.SerializeToString()))
         return index
 
     def add_samples(
@@ -115,16 +175,24 @@ class BatchBuilder:
         self.samples += len(values)
 
     def add(self, record: Any) -> None:
-        rec = _as_dict(record)
+        rec = record if type(record) is dict else _as_dict(record)
         rtype = rec.get("type")
         if rtype == "sample":
             value = float(rec["value"])
             if not math.isfinite(value):
                 self.dropped += 1
                 return
-            index = self._series_index(rec["name"], rec)
-            self._ts[index].append(rec["ts"])
-            self._values[index].append(value)
+            labels = rec.get("labels")
+            key = (
+                *map(rec.get, _KEY_FIELDS),
+                tuple(sorted(labels.items())) if labels else (),
+            )
+            index = self._series.get(key)
+            if index is None:
+                index = self._new_series(key, rec["name"], rec, labels)
+            self._idx.append(index)
+            self._ts.append(rec["ts"])
+            self._values.append(value)
             self.samples += 1
             return
         ts_us = round(float(rec["ts"]) * 1e6)
@@ -181,25 +249,48 @@ class BatchBuilder:
             self.add(record)
 
     def build(self, sequence: int) -> Any:
-        """The accumulated records as Batch `sequence`; the builder starts empty again."""
-        batch = self._batch
-        batch.sequence = sequence
-        ts_parts: list[list[np.ndarray]] = [
-            [np.rint(np.asarray(t, dtype=np.float64) * 1000).astype(np.int64)] for t in self._ts
-        ]
-        value_parts = [[np.asarray(v, dtype=np.float64)] for v in self._values]
+        """The accumulated records as Batch `sequence` (a message); the builder starts empty."""
+        return ingest_pb2.Batch.FromString(self.build_bytes(sequence))
+
+    def build_bytes(self, sequence: int) -> bytes:
+        """The accumulated records as serialized Batch `sequence`; the builder starts empty.
+
+        The message is put together from serialized parts (a protobuf message is the
+        concatenation of its fields, a repeated field's entries may be split over several
+        parts): the agent id, the generation's dictionary, the cached SeriesDefs of the series
+        with samples in this batch, then the rest (sequence, sample columns, records)."""
+        tail = self._batch
+        tail.sequence = sequence
+        ts_parts = [np.rint(np.asarray(self._ts, dtype=np.float64) * 1000).astype(np.int64)]
+        value_parts = [np.asarray(self._values, dtype=np.float64)]
+        idx_parts = [np.asarray(self._idx, dtype=np.int64)]
         for index, ts_ms, values in self._arrays:
-            ts_parts[index].append(ts_ms)
-            value_parts[index].append(values)
-        counts = [sum(len(p) for p in parts) for parts in value_parts]
-        keep = [i for i, c in enumerate(counts) if c]
-        if keep:
-            ts_all = np.concatenate([p for i in keep for p in ts_parts[i]])
-            values_all = np.concatenate([p for i in keep for p in value_parts[i]])
-            batch.series.extend(self._defs[i] for i in keep)
-            batch.sample_counts.extend(counts[i] for i in keep)
-            batch.ts_ms.extend(np.diff(ts_all, prepend=np.int64(0)).tolist())
-            batch.values.extend(values_all.tolist())
-        batch.strings.extend(sorted(self._strings, key=self._strings.__getitem__))
+            ts_parts.append(ts_ms)
+            value_parts.append(values)
+            idx_parts.append(np.full(len(values), index, dtype=np.int64))
+        idx_all = np.concatenate(idx_parts)
+        series = b""
+        if len(idx_all):
+            # Series by series (in index order), each series' samples in the order added.
+            order = np.argsort(idx_all, kind="stable")
+            used, counts = np.unique(idx_all[order], return_counts=True)
+            ts_all = np.concatenate(ts_parts)[order]
+            values_all = np.concatenate(value_parts)[order]
+            entries = self._series_entries
+            series = b"".join([entries[i] for i in used.tolist()])
+            tail.sample_counts.extend(counts.tolist())
+            tail.ts_ms.extend(np.diff(ts_all, prepend=np.int64(0)).tolist())
+            tail.values.extend(values_all.tolist())
+        data = b"".join(
+            (self._agent_id_bytes, self._string_bytes, series, tail.SerializeToString())
+        )
+        self._generation_age += 1
+        if (
+            self._generation_age >= self.generation_batches
+            or len(self._strings) > self.max_strings
+            or len(self._string_bytes) > self.max_string_bytes
+            or len(self._series_entries) > self.max_series
+        ):
+            self._new_generation()
         self._reset()
-        return batch
+        return data

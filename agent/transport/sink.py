@@ -25,9 +25,8 @@ from typing import Any
 import grpc
 
 from agent import signals
-from agent.transport.client import BatchSender, TlsConfig, open_channel
+from agent.transport.client import BatchSender, EncodedBatch, TlsConfig, open_channel
 from agent.transport.encode import BatchBuilder
-from agent.wire import ingest_pb2
 
 log = logging.getLogger(__name__)
 
@@ -95,12 +94,12 @@ class GrpcSink:
             return
         if self.spool is not None:
             sequence = self.spool.next_seq
-            batch = self.builder.build(sequence)
-            stored = self.spool.append(batch.SerializeToString())
+            stored = self.spool.append(self.builder.build_bytes(sequence))
             assert stored == sequence, (stored, sequence)
             self._report_drops()
         else:
-            batch = self.builder.build(self._next_sequence)
+            sequence = self._next_sequence
+            batch = EncodedBatch(sequence, self.builder.build_bytes(sequence))
             self._next_sequence += 1
             if len(self._memory) == self._memory.maxlen:
                 self.dropped_batches += 1
@@ -145,9 +144,10 @@ class GrpcSink:
 
     def _next_batches(self) -> list[Any]:
         if self.spool is not None:
+            # Sent as the spool holds them: no decoding and re-encoding on the way out.
             return [
-                ingest_pb2.Batch.FromString(data)
-                for _seq, data in self.spool.peek(self.sender.window, after=self._last_sent)
+                EncodedBatch(seq, data)
+                for seq, data in self.spool.peek(self.sender.window, after=self._last_sent)
             ]
         out: list[Any] = []
         while self._memory and len(out) < self.sender.window:
