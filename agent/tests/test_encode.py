@@ -81,7 +81,9 @@ def test_batches_are_self_contained_across_generations() -> None:
 def test_build_returns_the_same_batch_as_a_message() -> None:
     builder = BatchBuilder("agent-2")
     builder.add(_sample("host.cpu", 10.0, 1.5, node="n"))
-    builder.add_samples("gpu.power", {"node": "n", "gpu": "G"}, np.array([10.0, 11.0]), [1, 2])
+    builder.add_samples(
+        "gpu.power", {"node": "n", "gpu": "G"}, np.array([10.0, 11.0]), np.array([1.0, 2.0])
+    )
     builder.add({"type": "log", "ts": 10.0, "line": "hello", "stream": "stdout", "node": "n"})
     batch = builder.build(7)
     assert batch.sequence == 7 and batch.agent_id == "agent-2"
