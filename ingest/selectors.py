@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -94,21 +94,26 @@ def _raw_fetchall(sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
         return cursor.fetchall()
 
 
-def _infos(qs: Any) -> tuple[dict[int, SeriesInfo], set[int]]:
-    """SeriesInfo of the series the (tenant-scoped) queryset selects, with their node ids.
-
-    Series rows never change once written, so they are cached per process; the queryset only
-    has to produce ids (one plain query, no ORM row objects). One raw query fills the misses
-    (the ORM's per-row JSON decoding cost more than the rest of a 6,400-series read).
-    """
+def _series_of(qs: Any) -> tuple[list[int], set[int], str, list[Any]]:
+    """The ids and node ids of the series the (tenant-scoped) queryset selects, in one plain
+    query (no ORM row objects), and the SQL that selects the ids, to reuse as a subquery."""
     id_sql, id_params = qs.values_list("id", flat=True).query.sql_with_params()
+    pair_sql, pair_params = qs.values_list("id", "node_id").query.sql_with_params()
     with connection.cursor() as cursor:
-        cursor.execute(id_sql, id_params)
-        ids = [row[0] for row in cursor.fetchall()]
+        cursor.execute(pair_sql, pair_params)
+        pairs = cursor.fetchall()
+    return [p[0] for p in pairs], {p[1] for p in pairs}, id_sql, list(id_params)
+
+
+def _fill_infos(ids: list[int], id_sql: str, id_params: list[Any]) -> dict[int, SeriesInfo]:
+    """SeriesInfo of these series (selected by `id_sql`).
+
+    Series rows never change once written, so they are cached per process. One raw query,
+    with the id query as its subquery (one round trip, no thousands of ids sent back), fills
+    the misses: the ORM's per-row JSON decoding cost more than the rest of a 6,400-series read.
+    """
     if any(i not in _INFO_CACHE for i in ids):
-        # The misses' rows, selected by the same query as a subquery: one round trip, no
-        # thousands of ids sent back (rows already cached are cheap to read again).
-        rows = _raw_fetchall(_SERIES_SQL.format(match=f"IN ({id_sql})"), list(id_params))
+        rows = _raw_fetchall(_SERIES_SQL.format(match=f"IN ({id_sql})"), id_params)
         for sid, name, node, gpu, gidx, pid, job, rank, lrank, labels, node_id in rows:
             if sid in _INFO_CACHE:
                 continue
@@ -119,13 +124,29 @@ def _infos(qs: Any) -> tuple[dict[int, SeriesInfo], set[int]]:
                 node_id,
             )
     infos: dict[int, SeriesInfo] = {}
-    node_ids: set[int] = set()
     for sid in ids:
         cached = _INFO_CACHE.get(sid)
         if cached is not None:
             infos[sid] = cached[0]
-            node_ids.add(cached[1])
-    return infos, node_ids
+    return infos
+
+
+def _infos(qs: Any) -> tuple[dict[int, SeriesInfo], set[int]]:
+    """SeriesInfo of the series the (tenant-scoped) queryset selects, with their node ids."""
+    ids, node_ids, id_sql, id_params = _series_of(qs)
+    return _fill_infos(ids, id_sql, id_params), node_ids
+
+
+def _read_query(operator_id: int, qs: Any, t0: float, t1: float) -> list[SeriesData]:
+    """Samples over [t0, t1] of the series the queryset selects. The blocks are fetched first
+    and decode on the pool while the series catalog (on a first read) is fetched."""
+    ids, node_ids, id_sql, id_params = _series_of(qs)
+    if not ids:
+        return []
+    t0_ms, t1_ms = _ms(t0), _ms(t1)
+    pending = _fetch_and_decode(operator_id, node_ids, t0_ms, t1_ms)
+    infos = _fill_infos(ids, id_sql, id_params)
+    return _assemble(pending, infos, t0_ms, t1_ms)
 
 
 _INFO_CACHE: dict[int, tuple[SeriesInfo, int]] = {}
@@ -163,16 +184,30 @@ def read_samples(
     if not infos:
         return []
     t0_ms, t1_ms = _ms(t0), _ms(t1)
+    return _assemble(_fetch_and_decode(operator_id, node_ids, t0_ms, t1_ms), infos, t0_ms, t1_ms)
+
+
+_Pending = list[tuple[int, "Future[blocks.DecodedBlock] | blocks.DecodedBlock"]]
+
+
+def _fetch_and_decode(
+    operator_id: int, node_ids: Iterable[int], t0_ms: int, t1_ms: int
+) -> _Pending:
+    """(node id, decoded block or its future) of the blocks overlapping [t0_ms, t1_ms]."""
     rows = read_block_payloads(operator_id, node_ids, t0_ms, t1_ms, with_node=True)
+    if len(rows) <= 8:
+        return [(node, blocks.decode(payload)) for node, payload in rows]
     # zstd and numpy release the GIL: decode many blocks on a few threads.
-    payloads = [payload for _node, payload in rows]
-    decoded = (
-        list(_decode_pool().map(blocks.decode, payloads))
-        if len(rows) > 8
-        else [blocks.decode(p) for p in payloads]
-    )
+    pool = _decode_pool()
+    return [(node, pool.submit(blocks.decode, payload)) for node, payload in rows]
+
+
+def _assemble(
+    pending: _Pending, infos: dict[int, SeriesInfo], t0_ms: int, t1_ms: int
+) -> list[SeriesData]:
     by_node: dict[int, list[blocks.DecodedBlock]] = {}
-    for (node_id, _payload), block in zip(rows, decoded, strict=True):
+    for node_id, item in pending:
+        block = item if isinstance(item, blocks.DecodedBlock) else item.result()
         by_node.setdefault(node_id, []).append(block)
     out: dict[int, SeriesData] = {}
     irregular: list[blocks.DecodedBlock] = []
@@ -293,8 +328,9 @@ def job_series(operator_id: int, job_id: str, t0: float, t1: float) -> list[Seri
         query = Q(job=job)
         if gpus:
             query |= Q(job__isnull=True, gpu__in=gpus)
-        infos, node_ids = _infos(Series.objects.for_tenant(operator_id).filter(query))
-        return read_samples(operator_id, infos, node_ids, t0, t1)
+        return _read_query(
+            operator_id, Series.objects.for_tenant(operator_id).filter(query), t0, t1
+        )
 
 
 def node_series(
@@ -305,8 +341,7 @@ def node_series(
         qs = Series.objects.for_tenant(operator_id).filter(node__hostname=hostname)
         if names is not None:
             qs = qs.filter(name__in=list(names))
-        infos, node_ids = _infos(qs)
-        return read_samples(operator_id, infos, node_ids, t0, t1)
+        return _read_query(operator_id, qs, t0, t1)
 
 
 def gpu_counters(
