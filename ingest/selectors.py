@@ -14,7 +14,8 @@ from typing import Any
 
 import numpy as np
 from django.db import connection
-from django.db.models import Q
+from django.db.models import Q, TextField
+from django.db.models.functions import Cast
 
 from agent import signals
 from ingest import blocks
@@ -66,16 +67,6 @@ class RollupData:
     last: np.ndarray
 
 
-_SERIES_SQL = """
-    SELECT s.id, s.name, coalesce(n.hostname, ''), s.gpu, s.gpu_index, s.pid,
-           coalesce(j.job_id, ''), s.rank, s.local_rank, CAST(s.labels AS text), s.node_id
-    FROM ingest_series s
-    LEFT JOIN ingest_node n ON n.id = s.node_id
-    LEFT JOIN ingest_job j ON j.id = s.job_id
-    WHERE s.id {match}
-"""
-
-
 def _raw_fetchall(sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
     """Rows of one query on the current connection (same transaction, same tenant setting).
 
@@ -94,31 +85,53 @@ def _raw_fetchall(sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
         return cursor.fetchall()
 
 
-def _series_of(qs: Any) -> tuple[list[int], set[int], str, list[Any]]:
+def _series_of(qs: Any) -> tuple[list[int], set[int]]:
     """The ids and node ids of the series the (tenant-scoped) queryset selects, in one plain
-    query (no ORM row objects), and the SQL that selects the ids, to reuse as a subquery."""
-    id_sql, id_params = qs.values_list("id", flat=True).query.sql_with_params()
-    pair_sql, pair_params = qs.values_list("id", "node_id").query.sql_with_params()
+    query (no ORM row objects)."""
+    sql, params = qs.values_list("id", "node_id").query.sql_with_params()
     with connection.cursor() as cursor:
-        cursor.execute(pair_sql, pair_params)
+        cursor.execute(sql, params)
         pairs = cursor.fetchall()
-    return [p[0] for p in pairs], {p[1] for p in pairs}, id_sql, list(id_params)
+    return [p[0] for p in pairs], {p[1] for p in pairs}
 
 
-def _fill_infos(ids: list[int], id_sql: str, id_params: list[Any]) -> dict[int, SeriesInfo]:
-    """SeriesInfo of these series (selected by `id_sql`).
+def _fill_infos(qs: Any, ids: list[int]) -> dict[int, SeriesInfo]:
+    """SeriesInfo of these series (those `qs` selects).
 
-    Series rows never change once written, so they are cached per process. One raw query,
-    with the id query as its subquery (one round trip, no thousands of ids sent back), fills
-    the misses: the ORM's per-row JSON decoding cost more than the rest of a 6,400-series read.
+    Series rows never change once written, so they are cached per process, as are node
+    hostnames and job ids by pk. On a miss, the queryset's rows come in one plain query (the
+    ORM's per-row JSON decoding cost more than the rest of a 6,400-series read), without
+    joins: the few nodes and jobs they name are looked up apart.
     """
     if any(i not in _INFO_CACHE for i in ids):
-        rows = _raw_fetchall(_SERIES_SQL.format(match=f"IN ({id_sql})"), id_params)
-        for sid, name, node, gpu, gidx, pid, job, rank, lrank, labels, node_id in rows:
-            if sid in _INFO_CACHE:
-                continue
+        sql, params = (
+            qs.annotate(labels_text=Cast("labels", TextField()))
+            .values_list(
+                "id",
+                "name",
+                "node_id",
+                "gpu",
+                "gpu_index",
+                "pid",
+                "job_id",
+                "rank",
+                "local_rank",
+                "labels_text",
+            )
+            .query.sql_with_params()
+        )
+        rows = [r for r in _raw_fetchall(sql, list(params)) if r[0] not in _INFO_CACHE]
+        nodes = {r[2] for r in rows if r[2] is not None} - _HOSTNAMES.keys()
+        if nodes:
+            _HOSTNAMES.update(Node.objects.filter(id__in=nodes).values_list("id", "hostname"))
+        jobs = {r[6] for r in rows if r[6] is not None} - _JOB_IDS.keys()
+        if jobs:
+            _JOB_IDS.update(Job.objects.filter(id__in=jobs).values_list("id", "job_id"))
+        for sid, name, node_id, gpu, gidx, pid, job_pk, rank, lrank, labels in rows:
             if isinstance(labels, str):
                 labels = {} if labels in ("{}", "") else json.loads(labels)
+            node = _HOSTNAMES.get(node_id, "") if node_id is not None else ""
+            job = _JOB_IDS.get(job_pk, "") if job_pk is not None else ""
             _INFO_CACHE[sid] = (
                 SeriesInfo(sid, name, node, gpu, gidx, pid, job, rank, lrank, labels or {}),
                 node_id,
@@ -133,27 +146,31 @@ def _fill_infos(ids: list[int], id_sql: str, id_params: list[Any]) -> dict[int, 
 
 def _infos(qs: Any) -> tuple[dict[int, SeriesInfo], set[int]]:
     """SeriesInfo of the series the (tenant-scoped) queryset selects, with their node ids."""
-    ids, node_ids, id_sql, id_params = _series_of(qs)
-    return _fill_infos(ids, id_sql, id_params), node_ids
+    ids, node_ids = _series_of(qs)
+    return _fill_infos(qs, ids), node_ids
 
 
 def _read_query(operator_id: int, qs: Any, t0: float, t1: float) -> list[SeriesData]:
     """Samples over [t0, t1] of the series the queryset selects. The blocks are fetched first
     and decode on the pool while the series catalog (on a first read) is fetched."""
-    ids, node_ids, id_sql, id_params = _series_of(qs)
+    ids, node_ids = _series_of(qs)
     if not ids:
         return []
     t0_ms, t1_ms = _ms(t0), _ms(t1)
     pending = _fetch_and_decode(operator_id, node_ids, t0_ms, t1_ms)
-    infos = _fill_infos(ids, id_sql, id_params)
+    infos = _fill_infos(qs, ids)
     return _assemble(pending, infos, t0_ms, t1_ms)
 
 
 _INFO_CACHE: dict[int, tuple[SeriesInfo, int]] = {}
+_HOSTNAMES: dict[int, str] = {}
+_JOB_IDS: dict[int, str] = {}
 
 
 def clear_cache() -> None:
     _INFO_CACHE.clear()
+    _HOSTNAMES.clear()
+    _JOB_IDS.clear()
 
 
 def _ms(ts: float) -> int:
