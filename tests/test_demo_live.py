@@ -69,5 +69,7 @@ def test_demo_streams_agents_to_verdicts_and_the_healthy_job_gets_none(tmp_path:
     assert "failed" not in "\n".join(summary)
     # The real price of each job with GPU time: its productive share and effective price.
     prices = out[out.index("the real price") :]
-    assert re.search(r"productive share +\d+\.\d%, effective \d+\.\d{4} USD", prices), prices
+    assert re.search(
+        r"productive share +\d+\.\d%, list \d+\.\d\d → effective \d+\.\d{4} USD", prices
+    ), prices
     assert "Traceback" not in result.stderr, result.stderr[-3000:]

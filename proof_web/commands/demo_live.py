@@ -373,9 +373,16 @@ class LiveDemo:
             if price.productive_share is None:
                 continue
             effective = price.effective_price_per_productive_gpu_hour
+            # The list price per GPU-hour differs by GPU model, so show it beside the effective
+            # one: a cheap A100 job can cost less per productive hour than a busy H100 job.
+            listed = (
+                f"{price.list_cost / Decimal(str(price.gpu_hours)):.2f}"
+                if price.list_cost is not None and price.gpu_hours
+                else "-"
+            )
             lines.append(
                 f"  {job_id:<36} {price.gpu_hours:7.3f} GPU-h, productive share "
-                f"{price.productive_share:6.1%}, effective "
+                f"{price.productive_share:6.1%}, list {listed} → effective "
                 f"{effective if effective is not None else '-'} {price.currency or ''}"
                 "/productive GPU-h"
             )
