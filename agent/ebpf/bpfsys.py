@@ -30,6 +30,9 @@ BPF_MAP_LOOKUP_ELEM = 1
 BPF_MAP_UPDATE_ELEM = 2
 BPF_MAP_DELETE_ELEM = 3
 BPF_MAP_GET_NEXT_KEY = 4
+BPF_MAP_LOOKUP_BATCH = 24  # Linux 5.6+
+BPF_MAP_DELETE_BATCH = 27
+_ENOTSUPP = 524  # the kernel's internal "not supported", as bpf(2) may return it
 
 PERF_FLAG_FD_CLOEXEC = 8
 PERF_EVENT_IOC_ENABLE = 0x2400
@@ -123,6 +126,114 @@ def keys(map_fd: int, key_size: int) -> Iterator[bytes]:
             raise
         yield following.raw
         current = following
+
+
+class _BatchAttr(ctypes.Structure):
+    _fields_ = [
+        ("in_batch", ctypes.c_uint64),
+        ("out_batch", ctypes.c_uint64),
+        ("keys", ctypes.c_uint64),
+        ("values", ctypes.c_uint64),
+        ("count", ctypes.c_uint32),
+        ("map_fd", ctypes.c_uint32),
+        ("elem_flags", ctypes.c_uint64),
+        ("flags", ctypes.c_uint64),
+    ]
+
+
+# Whether this kernel has the batch commands (None until first tried).
+_batch_supported: bool | None = None
+_UNSUPPORTED = (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, _ENOTSUPP)
+
+
+def _bpf_batch(cmd: int, attr: _BatchAttr) -> int:
+    result = _libc.syscall(_numbers()[0], cmd, ctypes.byref(attr), ctypes.sizeof(attr))
+    return 0 if result >= 0 else ctypes.get_errno()
+
+
+def items(
+    map_fd: int, key_size: int, value_size: int, chunk: int = 256
+) -> list[tuple[bytes, bytes]]:
+    """Every (key, value) of a hash map: with BPF_MAP_LOOKUP_BATCH, a few syscalls for the
+    whole map; on a kernel without it, one GET_NEXT_KEY and one LOOKUP per key."""
+    global _batch_supported
+    if _batch_supported is not False:
+        try:
+            got = _lookup_batch(map_fd, key_size, value_size, chunk)
+        except BpfError as error:
+            if _batch_supported or error.errno not in _UNSUPPORTED:
+                raise
+            got = None
+        if got is not None:
+            _batch_supported = True
+            return got
+        _batch_supported = False
+    out = []
+    for key in list(keys(map_fd, key_size)):
+        value = lookup(map_fd, key, value_size)
+        if value is not None:
+            out.append((key, value))
+    return out
+
+
+def _lookup_batch(
+    map_fd: int, key_size: int, value_size: int, chunk: int
+) -> list[tuple[bytes, bytes]] | None:
+    out: list[tuple[bytes, bytes]] = []
+    # The batch token is the kernel's position in the map (a bucket index for a hash map).
+    token_size = max(8, key_size)
+    in_token = ctypes.create_string_buffer(token_size)
+    out_token = ctypes.create_string_buffer(token_size)
+    first = True
+    while True:
+        keys_buffer = ctypes.create_string_buffer(key_size * chunk)
+        values_buffer = ctypes.create_string_buffer(value_size * chunk)
+        attr = _BatchAttr(
+            0 if first else _address(in_token),
+            _address(out_token),
+            _address(keys_buffer),
+            _address(values_buffer),
+            chunk,
+            map_fd,
+            0,
+            0,
+        )
+        code = _bpf_batch(BPF_MAP_LOOKUP_BATCH, attr)
+        if code == errno.ENOSPC and attr.count == 0:
+            chunk *= 2  # one hash bucket holds more entries than fit: retry larger
+            continue
+        if code not in (0, errno.ENOENT):
+            if code in _UNSUPPORTED and first and not out:
+                return None
+            raise BpfError(code, os.strerror(code))
+        keys_raw, values_raw = keys_buffer.raw, values_buffer.raw
+        for i in range(attr.count):
+            out.append(
+                (
+                    keys_raw[i * key_size : (i + 1) * key_size],
+                    values_raw[i * value_size : (i + 1) * value_size],
+                )
+            )
+        if code == errno.ENOENT:  # the walk is complete
+            return out
+        ctypes.memmove(in_token, out_token, token_size)
+        first = False
+
+
+def delete_many(map_fd: int, keys_: list[bytes], key_size: int) -> None:
+    """Delete these keys (one BPF_MAP_DELETE_BATCH where the kernel has it); a key already
+    gone is not an error."""
+    if not keys_:
+        return
+    if _batch_supported:
+        buffer = ctypes.create_string_buffer(b"".join(keys_), key_size * len(keys_))
+        attr = _BatchAttr(0, 0, _address(buffer), 0, len(keys_), map_fd, 0, 0)
+        code = _bpf_batch(BPF_MAP_DELETE_BATCH, attr)
+        if code == 0:
+            return
+        keys_ = keys_[attr.count :]  # it stops at the first key that fails (e.g. gone)
+    for key in keys_:
+        delete(map_fd, key)
 
 
 def possible_cpus() -> int:

@@ -113,8 +113,9 @@ class EbpfCollector:
         A library file no process maps any more is detached after `detach_grace_s` (a job
         restarting at once keeps its probes), spread over intervals: the kernel takes ~0.1 s
         per probe removed, so each `collect()` spends at most about `detach_budget_s` on it.
-        Discovery reads the maps of processes that mapped a probed library and of those first
-        seen less than `young_s` ago at every rescan, the others every `idle_recheck_s`."""
+        Discovery reads the maps of processes younger than `young_s` (by their start time in
+        /proc/<pid>/stat) at every rescan, the others every `idle_recheck_s` (those that
+        mapped a probed library included: their libraries are remembered in between)."""
         self.proc_root = proc_root
         self.node = node or socket.gethostname()
         self.pid_source = pid_source
@@ -245,9 +246,14 @@ class EbpfCollector:
         pids = self.pid_source() if self.pid_source else discovery.list_pids(self.proc_root)
         found: dict[tuple[str, int], tuple[int, discovery.LibraryFile]] = {}
         cuda_pids: set[int] = set()
-        scanned = discovery.scan(self.proc_root, self._pids_to_scan(pids))
-        self._pid_libraries = dict(scanned)
-        for pid, libraries in scanned.items():
+        chosen = self._pids_to_scan(pids)
+        scanned = discovery.scan(self.proc_root, chosen)
+        # Live processes not read this time keep the libraries their last read found.
+        skipped = set(self._scan_state).difference(chosen)
+        libraries_by_pid = {p: lib for p, lib in self._pid_libraries.items() if p in skipped}
+        libraries_by_pid.update(scanned)
+        self._pid_libraries = libraries_by_pid
+        for pid, libraries in libraries_by_pid.items():
             for library in libraries:
                 found.setdefault(library.identity, (pid, library))
                 if library.kind == CUDA:
@@ -278,10 +284,12 @@ class EbpfCollector:
         self._cuda_pids = cuda_pids
 
     def _pids_to_scan(self, pids: Iterable[int]) -> list[int]:
-        """Reading a process's maps costs ~0.1 ms of CPU, so not every process every rescan:
-        those that mapped a probed library last time, and those first seen less than
-        `young_s` ago (CUDA is initialised seconds after start), are read each rescan; the
-        others every `idle_recheck_s`."""
+        """Reading a process's maps costs ~0.1 ms of CPU (a large PyTorch process's is
+        ~1.5 MB), so not every process every rescan: those started less than `young_s` ago
+        (CUDA is initialised seconds after start) are read each rescan, the others every
+        `idle_recheck_s`. A process's age comes from its start time, so the processes that
+        were already old when the agent started are not all read at every rescan of its first
+        `young_s`; where /proc/<pid>/stat cannot be read, it is first seen now."""
         now_ns = self.monotonic_ns()
         young_ns = int(self.young_s * 1e9)
         recheck_ns = int(self.idle_recheck_s * 1e9)
@@ -290,10 +298,10 @@ class EbpfCollector:
         live = set()
         for pid in pids:
             live.add(pid)
-            first_seen, last_read = state.get(pid, (now_ns, None))
+            seen = state.get(pid)
+            first_seen, last_read = seen if seen else (self._started_ns(pid, now_ns), None)
             if (
                 last_read is None
-                or pid in self._pid_libraries
                 or now_ns - first_seen < young_ns
                 or now_ns - last_read >= recheck_ns
             ):
@@ -303,6 +311,11 @@ class EbpfCollector:
         for pid in [p for p in state if p not in live]:
             del state[pid]
         return chosen
+
+    def _started_ns(self, pid: int, now_ns: int) -> int:
+        """When `pid` started, on the `monotonic_ns` clock (`now_ns` if unknown)."""
+        age_ns = discovery.process_age_ns(self.proc_root, pid)
+        return now_ns if age_ns is None else now_ns - age_ns
 
     def _attach(self, library: discovery.LibraryFile, path: str) -> None:
         if self._bpf is None:
@@ -376,12 +389,13 @@ class EbpfCollector:
         stats = self._map("stats")
         value_size = _STAT_VAL.size * self._cpus
         per_pid: dict[int, dict[Call, Aggregate]] = {}
-        keys = [k for k in bpfsys.keys(stats, _STAT_KEY.size) if _STAT_KEY.unpack(k)[2] == old]
-        for key in keys:
-            pid, what, _slot = _STAT_KEY.unpack(key)
-            raw = bpfsys.lookup(stats, key, value_size)
-            if raw is None:
+        keys: list[bytes] = []
+        # One BPF_MAP_LOOKUP_BATCH for the whole map, one DELETE_BATCH for the old slot's keys.
+        for key, raw in bpfsys.items(stats, _STAT_KEY.size, value_size):
+            pid, what, slot = _STAT_KEY.unpack(key)
+            if slot != old:
                 continue
+            keys.append(key)
             try:
                 call = Call(what)
             except ValueError:
@@ -389,20 +403,16 @@ class EbpfCollector:
             aggregate = per_pid.setdefault(pid, {}).setdefault(call, Aggregate())
             for calls, total_ns, max_ns, nbytes in _STAT_VAL.iter_unpack(raw):
                 aggregate.add(calls, total_ns, max_ns, nbytes)
-        for key in keys:
-            bpfsys.delete(stats, key)
+        bpfsys.delete_many(stats, keys, _STAT_KEY.size)
         return per_pid
 
     def open_syncs(self, now_ns: int) -> dict[int, int]:
         """pid → ns its longest synchronize call still in progress has been blocked so far."""
         table = self._map("inflight")
         open_ns: dict[int, int] = {}
-        for key in list(bpfsys.keys(table, _INFLIGHT_KEY.size)):
+        for key, raw in bpfsys.items(table, _INFLIGHT_KEY.size, _INFLIGHT_VAL.size):
             tid, what = _INFLIGHT_KEY.unpack(key)
             if what not in SYNC_CALLS:
-                continue
-            raw = bpfsys.lookup(table, key, _INFLIGHT_VAL.size)
-            if raw is None:
                 continue
             ts, _bytes, pid, _unused = _INFLIGHT_VAL.unpack(raw)
             # A thread that died inside the call leaves its entry until the LRU evicts it.
@@ -415,14 +425,14 @@ class EbpfCollector:
         """pid → ktime of its latest launch, for live processes; forgets exited ones."""
         table = self._map("last_launch")
         live: dict[int, int] = {}
-        for key in list(bpfsys.keys(table, _U32.size)):
+        gone: list[bytes] = []
+        for key, raw in bpfsys.items(table, _U32.size, _U64.size):
             (pid,) = _U32.unpack(key)
             if not discovery.process_alive(self.proc_root, pid):
-                bpfsys.delete(table, key)
+                gone.append(key)
                 continue
-            raw = bpfsys.lookup(table, key, _U64.size)
-            if raw is not None:
-                live[pid] = _U64.unpack(raw)[0]
+            live[pid] = _U64.unpack(raw)[0]
+        bpfsys.delete_many(table, gone, _U32.size)
         return live
 
     # --- records -----------------------------------------------------------------------------

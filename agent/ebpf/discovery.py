@@ -10,6 +10,7 @@ maps line carries — and the path to open it from the agent's mount namespace:
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
@@ -18,6 +19,7 @@ from agent.ebpf.calls import library_kind
 # Read this much of a maps file at most (a large PyTorch process has ~10k lines, ~1.5 MB).
 MAX_MAPS_BYTES = 16 * 1024 * 1024
 _NEEDLES = (b"libcuda.so", b"libnccl.so")
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +47,21 @@ def list_pids(proc_root: str) -> list[int]:
 
 def process_alive(proc_root: str, pid: int) -> bool:
     return os.path.exists(os.path.join(proc_root, str(pid)))
+
+
+def process_age_ns(proc_root: str, pid: int) -> int | None:
+    """How long ago `pid` started (from /proc/<pid>/stat's starttime, in clock ticks since
+    boot, against CLOCK_BOOTTIME); None if it cannot be read (gone, or not a real /proc)."""
+    try:
+        with open(os.path.join(proc_root, str(pid), "stat"), "rb") as fh:
+            stat = fh.read(4096)
+        # pid (comm) state ... — comm may contain spaces and parentheses: split after the last
+        # ')'; starttime is field 22, the 20th after it.
+        started_ticks = int(stat[stat.rindex(b")") + 2 :].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+    started_ns = started_ticks * 1_000_000_000 // _CLOCK_TICKS
+    return max(0, time.clock_gettime_ns(time.CLOCK_BOOTTIME) - started_ns)
 
 
 def parse_maps(text: bytes) -> Iterator[LibraryFile]:

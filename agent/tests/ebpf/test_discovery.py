@@ -174,3 +174,34 @@ def test_function_offsets_agree_with_nm_on_the_stand_in_libraries(built: Built) 
         }
         assert offsets == by_nm
         assert "cuLaunchKernel" in offsets or "ncclAllReduce" in offsets
+
+
+def test_processes_old_at_agent_start_are_not_reread_while_the_agent_is_young(
+    tmp_path: Path,
+) -> None:
+    """A process's age is its start time (/proc/<pid>/stat), not when the agent first saw it;
+    an old process's libraries are remembered between its reads every idle_recheck_s."""
+    clock = [0]
+    for pid in ("10", "12"):
+        (tmp_path / pid).mkdir()
+        (tmp_path / pid / "maps").write_bytes(MAPS)
+    # pid 10 started at boot (starttime 0 ticks): older than young_s. pid 12 has no stat file.
+    (tmp_path / "10" / "stat").write_bytes(b"10 (py thon) S" + b" 0" * 19 + b" 0 0 0\n")
+    collector = EbpfCollector(
+        proc_root=str(tmp_path),
+        monotonic_ns=lambda: clock[0],
+        young_s=10.0,
+        idle_recheck_s=60.0,
+    )
+    collector.rescan()
+    assert collector.cuda_pids == {10, 12}
+    for pid in ("10", "12"):
+        (tmp_path / pid / "maps").write_bytes(MAPS.splitlines(keepends=True)[0])
+    clock[0] = 5 * 10**9
+    collector.rescan()
+    # pid 12 (no start time: first seen at 0, young until 10 s) is read again; pid 10, which
+    # started long before the agent, is not: its libraries are the ones read at 0.
+    assert collector.cuda_pids == {10}
+    clock[0] = 61 * 10**9
+    collector.rescan()
+    assert collector.cuda_pids == set()
