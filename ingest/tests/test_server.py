@@ -280,3 +280,17 @@ def test_token_revoked_mid_stream_cuts_the_open_stream_off() -> None:
         assert stored_samples(tenant.operator.pk) == 40
     finally:
         srv.stop(grace=1)
+
+
+def test_stream_token_recheck_is_shared_for_half_the_interval(server: IngestServer) -> None:
+    from ingest.processing import Limits
+    from ingest.server import IngestServicer
+
+    tenant = make_tenant("srv-recheck-cache")
+    token, plaintext = tenant_services.do_create_agent_token(tenant.operator.pk, name="n")
+    cached = IngestServicer(server.writer, Limits(), token_recheck_s=600.0)
+    fresh = IngestServicer(server.writer, Limits(), token_recheck_s=0.0)
+    assert cached._recheck(plaintext) == fresh._recheck(plaintext) == tenant.operator.pk
+    tenant_services.do_revoke_agent_token(tenant.principal(tenant.operator_admin), token.pk)
+    assert cached._recheck(plaintext) == tenant.operator.pk  # within half the interval
+    assert fresh._recheck(plaintext) is None
