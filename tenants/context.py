@@ -26,38 +26,56 @@ OPERATOR_SETTING = "proof.operator_id"
 SYSTEM_SETTING = "proof.system"
 
 
-def _swap_setting(using: str, name: str, value: str) -> str:
+def _swap_settings(using: str, operator: str | None, system: str) -> tuple[str, str]:
+    """Set the transaction-local tenant settings in one round trip; return their old values.
+
+    `operator=None` leaves the operator setting as it is (system_context keeps it). Ingest
+    enters a context per batch, so each statement saved here is one round trip per batch.
+    """
     connection = connections[using]
     if connection.vendor != "postgresql":
-        return ""
+        return "", ""
     with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT coalesce(current_setting(%s, true), ''), set_config(%s, %s, true)",
-            [name, name, value],
-        )
-        previous = cursor.fetchone()[0]
-    return str(previous)
+        if operator is None:
+            cursor.execute(
+                "SELECT '', coalesce(current_setting(%s, true), ''), set_config(%s, %s, true)",
+                [SYSTEM_SETTING, SYSTEM_SETTING, system],
+            )
+        else:
+            cursor.execute(
+                "SELECT coalesce(current_setting(%s, true), ''), "
+                "coalesce(current_setting(%s, true), ''), "
+                "set_config(%s, %s, true), set_config(%s, %s, true)",
+                [
+                    OPERATOR_SETTING,
+                    SYSTEM_SETTING,
+                    OPERATOR_SETTING,
+                    operator,
+                    SYSTEM_SETTING,
+                    system,
+                ],
+            )
+        row = cursor.fetchone()
+    return str(row[0]), str(row[1])
 
 
 @contextmanager
 def tenant_context(operator_id: int, using: str = "default") -> Iterator[None]:
     """Run the block as operator `operator_id` (inside a transaction)."""
     with transaction.atomic(using=using):
-        previous_operator = _swap_setting(using, OPERATOR_SETTING, str(int(operator_id)))
-        previous_system = _swap_setting(using, SYSTEM_SETTING, "")
+        previous_operator, previous_system = _swap_settings(using, str(int(operator_id)), "")
         # On an exception the transaction/savepoint rollback undoes set_config by itself.
         yield
-        _swap_setting(using, OPERATOR_SETTING, previous_operator)
-        _swap_setting(using, SYSTEM_SETTING, previous_system)
+        _swap_settings(using, previous_operator, previous_system)
 
 
 @contextmanager
 def system_context(using: str = "default") -> Iterator[None]:
     """Run the block with cross-tenant visibility. Keep these blocks small and few."""
     with transaction.atomic(using=using):
-        previous_system = _swap_setting(using, SYSTEM_SETTING, "on")
+        _, previous_system = _swap_settings(using, None, "on")
         yield
-        _swap_setting(using, SYSTEM_SETTING, previous_system)
+        _swap_settings(using, None, previous_system)
 
 
 def current_operator_id(using: str = "default") -> int | None:
@@ -79,8 +97,7 @@ def activate_tenant_in_transaction(operator_id: int, using: str = "default") -> 
     """
     if not connections[using].in_atomic_block:
         raise RuntimeError("activate_tenant_in_transaction() needs an open transaction")
-    _swap_setting(using, OPERATOR_SETTING, str(int(operator_id)))
-    _swap_setting(using, SYSTEM_SETTING, "")
+    _swap_settings(using, str(int(operator_id)), "")
 
 
 def tenant_task(func: Callable[..., R]) -> Callable[..., R]:
