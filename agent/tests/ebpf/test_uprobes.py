@@ -273,3 +273,28 @@ def test_probe_groups_left_out_are_not_attached(built: Built) -> None:
         assert (signals.CUDA_LAUNCH_GAP_MAX_MS, None) not in values
     finally:
         collector.close()
+
+
+def test_batch_map_reads_and_deletes_agree_with_the_per_key_commands(
+    collector: EbpfCollector, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """bpfsys.items() (BPF_MAP_LOOKUP_BATCH) and its per-key fallback (old kernels) return the
+    same entries; delete_many() removes the keys given, one already gone included."""
+    import struct
+
+    from agent.ebpf import bpfsys
+
+    table = collector._map("last_launch")  # LRU hash u32 pid -> u64 ktime
+    entries = {struct.pack("<I", 100_000 + i): struct.pack("<Q", 7 * i) for i in range(300)}
+    for key, value in entries.items():
+        bpfsys.update(table, key, value)
+    batched = dict(bpfsys.items(table, 4, 8, chunk=16))  # several batch calls
+    monkeypatch.setattr(bpfsys, "_batch_supported", False)
+    per_key = dict(bpfsys.items(table, 4, 8))
+    monkeypatch.undo()
+    assert {k: batched[k] for k in entries} == entries
+    assert per_key == batched
+    assert bpfsys.delete(table, struct.pack("<I", 100_000))
+    # The first key is gone already: a DELETE_BATCH stops there, and the rest still go.
+    bpfsys.delete_many(table, list(entries), 4)
+    assert not set(dict(bpfsys.items(table, 4, 8))) & set(entries)
