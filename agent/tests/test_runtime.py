@@ -272,14 +272,3 @@ def test_sink_failure_does_not_stop_the_agent(caplog: pytest.LogCaptureFixture) 
         T0 + 4,
     ]
     assert sum("sink failed" in m for m in caplog.messages) == 1
-
-
-def test_collection_bench_runs_the_loop_on_a_simulated_node() -> None:
-    from agent.runtime.bench import bench_collection
-
-    result = bench_collection(duration_s=2, gpus=2)
-    assert result.ticks == 3 and 1.5 < result.wall_s < 10
-    assert result.series > 2 * 20  # every GPU signal of both GPUs, plus process/node series
-    assert result.records >= result.series
-    assert result.cpu_s > 0 and result.peak_rss_mib > 0
-    assert "cores" in "\n".join(result.lines())
