@@ -14,7 +14,8 @@ import numpy as np
 
 from agent import signals
 from investigations.detectors.common import counter_delta
-from investigations.detectors.hardware import FAULT_COUNTERS, HARDWARE_XIDS, IB_ERROR_COUNTERS
+from investigations.detectors.hardware import FAULT_COUNTERS, IB_ERROR_COUNTERS
+from investigations.detectors.xids import APPLICATION, FAULT, WARNING, xid_kind
 from investigations.findings import INFRASTRUCTURE, Cleared, Finding
 from investigations.store import SeriesData
 from investigations.window import JobWindow
@@ -87,8 +88,20 @@ def hardware_clearance(
             implicated_notes.append(f"{name} +{total:g} [{eid}]")
         elif total > 0:
             corrected_rises.append(f"{name} +{total:g}")
-    xids = [e for e in w.events if e.name == signals.EVENT_XID and a <= e.ts <= b]
-    hard = [e for e in xids if e.value is not None and int(e.value) in HARDWARE_XIDS]
+    gpu_set = set(gpus)
+    xids = [
+        e
+        for e in w.events
+        if e.name == signals.EVENT_XID and a <= e.ts <= b and (not e.gpu or e.gpu in gpu_set)
+    ]
+    # Fault XIDs implicate the hardware; warning XIDs (corrected/recorded errors) implicate it
+    # only on the GPU an infrastructure verdict blames; application XIDs are the program's own.
+    hard = [e for e in xids if xid_kind(e.value) == FAULT]
+    warned = [e for e in xids if xid_kind(e.value) == WARNING]
+    app = [e for e in xids if xid_kind(e.value) == APPLICATION]
+    if blamed_gpu:
+        hard += [e for e in warned if e.gpu == blamed_gpu]
+        warned = [e for e in warned if e.gpu != blamed_gpu]
     other = [
         e
         for e in w.events
@@ -108,6 +121,16 @@ def hardware_clearance(
         implicated.append(eid)
         implicated_notes.append(
             f"{len(hard) + len(other)} hardware XID/ECC/GPU-lost event(s) [{eid}]"
+        )
+    if warned:
+        corrected_rises.append(
+            "warning XID(s) " + ", ".join(sorted({str(int(e.value or 0)) for e in warned}))
+        )
+    if app:
+        corrected_rises.append(
+            "application XID(s) "
+            + ", ".join(sorted({str(int(e.value or 0)) for e in app}))
+            + " (the program's own errors, not the hardware's)"
         )
     bits = w.gpu.get(signals.DCGM_FI_DEV_CLOCK_THROTTLE_REASONS)
     if bits is not None:

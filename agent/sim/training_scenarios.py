@@ -578,7 +578,9 @@ def hardware_fault(ctx: ScenarioContext) -> SimRun:
     variant = str(s.rng.choice(["corruption", "crash"]))
     f = s.fleet.faults
     if variant == "corruption":
-        code = int(s.rng.choice([94, 48, 63, 92]))
+        # Fault XIDs only (investigations/detectors/xids.py): 63 (remap recorded) and 92 (high
+        # single-bit rate) are warnings that leave the job running — see xid92_warning.
+        code = int(s.rng.choice([94, 48]))
         plan.corruption_t = t_e
     else:
         code = int(s.rng.choice([79, 48, 95, 119]))
@@ -592,13 +594,6 @@ def hardware_fault(ctx: ScenarioContext) -> SimRun:
     if code in (48, 94, 95):
         f.bump(signals.DCGM_FI_DEV_ECC_DBE_VOL_TOTAL, g, i_e)
         f.bump(signals.DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS, g, i_e + 1)
-    elif code == 63:
-        f.bump(signals.DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS, g, i_e)
-        f.rate(signals.DCGM_FI_DEV_ECC_SBE_VOL_TOTAL, g, i_e - 5, i_e + 2, 30.0)
-    elif code == 92:
-        f.rate(
-            signals.DCGM_FI_DEV_ECC_SBE_VOL_TOTAL, g, i_e - 20, None, float(s.rng.uniform(5, 50))
-        )
     if code == 79:
         f.lose(g, i_e + 1)
     res = s.simulate(plan)
@@ -612,6 +607,9 @@ def hardware_fault(ctx: ScenarioContext) -> SimRun:
     )
     if code in (48, 94, 95):
         s.event(signals.EVENT_ECC_DBE, t_e + 0.001, gpu_global=g, value=1)
+        # The driver records the row remap for the bad row right after (NVIDIA: "If Xid 48 is
+        # followed by Xid 63 or 64 …"): a warning XID next to the fault changes nothing.
+        s.event(signals.EVENT_XID, t_e + 0.2, gpu_global=g, value=63, text=xid_line(63, li, None))
     if code == 79:
         s.event(signals.EVENT_GPU_LOST, t_e + 0.5, gpu_global=g)
     return s.finish(
@@ -733,5 +731,54 @@ def gpu_degrading(ctx: ScenarioContext) -> SimRun:
     return s.finish(
         _truth(
             "gpu_degrading", "infrastructure", _subject(node=ni.hostname, gpu=ni.gpu_uuids[li]), t0
+        )
+    )
+
+
+@register(
+    "xid92_warning",
+    kind="training",
+    family="gpu_degrading",
+    description="a healthy job on a GPU whose corrected (single-bit) ECC errors accelerate, with XID 92 (high single-bit ECC error rate) warnings: fleet health, not a hardware_fault on the job (twin of hardware_fault)",
+)
+def xid92_warning(ctx: ScenarioContext) -> SimRun:
+    s = _Setup(ctx)
+    plan = s.plan()
+    node_id = int(s.rng.choice(plan.node_ids))
+    li = int(s.rng.integers(s.fleet.gpus_per_node))
+    g = s.fleet.gpu(node_id, li)
+    n = s.fleet.n_samples
+    t0 = s.at(float(s.rng.uniform(0.05, 0.35)))
+    i0 = s.fleet.index_at(t0)
+    f = s.fleet.faults
+    f.set_preexisting(signals.DCGM_FI_DEV_ECC_SBE_VOL_TOTAL, g, int(s.rng.integers(0, 60)))
+    tau = max(30.0, (n - i0) * s.rng.uniform(0.25, 0.5))
+    profile = np.where(
+        np.arange(n) >= i0, s.rng.uniform(0.05, 0.3) * np.exp((np.arange(n) - i0) / tau), 0.0
+    )
+    f.rate_profile(signals.DCGM_FI_DEV_ECC_SBE_VOL_TOTAL, g, np.minimum(profile, 200.0))
+    res = s.simulate(plan)
+    # The driver warns once the corrected-error rate crosses its threshold, again while it
+    # stays high: 1–4 XID 92s in the second half of the rise.
+    first = i0 + (n - i0) // 2
+    k = min(max(1, n - first), int(s.rng.integers(1, 5)))
+    pid = int(res.ranks[0]["pid"])
+    for j in np.sort(s.rng.choice(np.arange(first, n), size=k, replace=False)):
+        rank = next((rk for rk in res.ranks if rk["gpu_global"] == g), None)
+        s.event(
+            signals.EVENT_XID,
+            s.fleet.start_ts + int(j) * s.fleet.interval_s + 0.4,
+            gpu_global=g,
+            value=92,
+            text=xid_line(92, li, int(rank["pid"]) if rank else pid),
+        )
+    ni = s.fleet.nodes[node_id]
+    return s.finish(
+        _truth(
+            "gpu_degrading",
+            "infrastructure",
+            _subject(node=ni.hostname, gpu=ni.gpu_uuids[li]),
+            t0,
+            xid=92,
         )
     )

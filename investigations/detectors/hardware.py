@@ -8,16 +8,16 @@ import numpy as np
 
 from agent import signals
 from investigations.detectors.common import counter_delta, gpu_hours, hhmmss, rate_trend
+from investigations.detectors.xids import FAULT_XIDS, WARNING_XIDS, xid_name
 from investigations.findings import INFRASTRUCTURE, Finding, subject
 from investigations.store import EventRow
 from investigations.window import GpuWindow, JobWindow
 
-# XIDs that mean the GPU or its memory/bus failed (NVIDIA's XID catalogue): 48 DBE, 61/62
-# internal micro-controller halt, 63/64 row-remap pending/failed, 74 NVLink error, 79 fallen off
-# the bus, 92 high single-bit error rate, 94/95 contained/uncontained ECC error, 119/120 GSP
-# error, 123 SPI, 140 unrecovered ECC. XID 13, 31, 43 are usually the application's own faults
-# (illegal address, MMU fault, reset channel) and are NOT hardware evidence alone.
-HARDWARE_XIDS = frozenset({48, 61, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120, 123, 140})
+# XIDs that are a fault on the job's GPU (NVIDIA's XID catalogue, see xids.py): 48 DBE, 64
+# row-remap failure, 74 NVLink, 79 fallen off the bus, 94/95 contained/uncontained ECC, 119/120
+# GSP, 140 unrecovered ECC, …. Warnings (63 remap recorded, 92 high single-bit rate) feed fleet
+# health instead; application XIDs (13, 31, 43, 45) are the program's own errors.
+HARDWARE_XIDS = FAULT_XIDS
 # Counters whose increase alone implicates the hardware (uncorrected errors and remap
 # failures); corrected ones (SBE, NVLink CRC, PCIe replays) are normal in small numbers.
 FAULT_COUNTERS: tuple[str, ...] = (
@@ -44,6 +44,8 @@ RISING_MIN_INCREMENTS = 3
 RISING_RATE_RATIO = 2.0
 # Recurring throttling: ≥ 2 separate episodes of HW/thermal throttle reasons.
 RECURRING_MIN_EPISODES = 2
+# The evidence signal of warning XIDs (63, 92, …) counted as one sign of a degrading GPU.
+_WARNING_XID_SIGN = "event: xid (warning)"
 _THROTTLE_BITS = (
     signals.THROTTLE_HW_SLOWDOWN
     | signals.THROTTLE_HW_THERMAL
@@ -102,7 +104,7 @@ def detect_hardware_fault(w: JobWindow) -> list[Finding]:
     )
     cites = []
     for e in evs[:5]:
-        label = f"XID {int(e.value)}" if e.name == signals.EVENT_XID and e.value else e.name
+        label = xid_name(e.value) if e.name == signals.EVENT_XID and e.value else e.name
         cites.append(
             f.add(
                 f"event: {e.name}",
@@ -352,6 +354,24 @@ def detect_gpu_degrading(g: GpuWindow) -> list[Finding]:
                     "separate HW/thermal throttling episodes (baseline: samples throttled)",
                 )
             )
+    warn = [
+        e
+        for e in g.events
+        if e.name == signals.EVENT_XID and e.value is not None and int(e.value) in WARNING_XIDS
+    ]
+    if warn:
+        codes = sorted({int(e.value or 0) for e in warn})
+        signs.append(
+            (
+                _WARNING_XID_SIGN,
+                warn[0].ts,
+                warn[-1].ts,
+                len(warn),
+                0,
+                "warning XIDs from the driver (the GPU corrected or recorded the error and kept "
+                "running): " + ", ".join(xid_name(c) for c in codes),
+            )
+        )
     if len(signs) < DEGRADING_MIN_SIGNS:
         return []
     t0 = min(x[1] for x in signs)
@@ -380,6 +400,7 @@ def detect_gpu_degrading(g: GpuWindow) -> list[Finding]:
             signals.DCGM_FI_DEV_PCIE_REPLAY_COUNTER: "rising PCIe replays",
             signals.DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS: "new row remaps",
             signals.DCGM_FI_DEV_CLOCK_THROTTLE_REASONS: "recurring throttling",
+            _WARNING_XID_SIGN: f"{int(x[3])} warning XID(s)",
         }[x[0]]
         for x in signs
     )
