@@ -16,8 +16,22 @@ Records:
 - `job` records from Slurm (scontrol/sacct) when a new Slurm job appears and again when its
   last process on this node is gone (its final state and exit code), when Slurm is installed.
 
-Which job id: `SLURM_JOB_ID`, else `TORCHELASTIC_RUN_ID`, else the Kubernetes pod uid from the
-cgroup path. Which rank: `RANK`, else `OMPI_COMM_WORLD_RANK`, else `PMI_RANK`, else
+Which job id (docs/agent.md, "Job ids"), first that applies:
+1. Slurm: `SLURM_JOB_ID` as it is.
+2. `PROOF_JOB_ID`: set by `proof-agent exec` for everything it starts, computed by these same
+   rules from exec's own environment — so the records exec writes and the samples this
+   collector keys for the same processes carry the same id.
+3. torchrun / torchelastic: `torchelastic-<TORCHELASTIC_RUN_ID>`, unless the run id is `none`
+   (torchrun's default for a static rendezvous).
+4. Kubernetes: the pod uid from the cgroup path.
+5. A rank without a run id — torchelastic with run id `none`, Open MPI or PMI ranks: the
+   launcher's process id, `torchelastic-…`/`proc-<node>-<parent pid>-<parent start>-<boot>`
+   (every rank of the run on this node has the same parent: torchrun's agent, orted, hydra).
+6. Any other process: its own, `proc-<node>-<pid>-<start>-<boot>`, as rank 0 of 1.
+`<start>` is the process start time in clock ticks since boot (`/proc/<pid>/stat` field 22) and
+`<boot>` the first 8 hex digits of the kernel's boot id, so the id survives agent restarts and a
+pid reused later — or after a reboot — is another job.
+Which rank: `RANK`, else `OMPI_COMM_WORLD_RANK`, else `PMI_RANK`, else
 `SLURM_PROCID` (under `srun torchrun …` the torch rank is the meaningful one).
 """
 
@@ -124,20 +138,118 @@ class ProcessIdentity:
         return out
 
 
+# Environment variables `proof-agent exec` sets for what it starts (see the module docstring).
+ENV_JOB_ID = "PROOF_JOB_ID"
+ENV_JOB_SCHEDULER = "PROOF_JOB_SCHEDULER"
+SCHEDULER_EXEC = "proof-exec"
+# torchrun's run id when none was given to a static rendezvous: the same for every run.
+_NO_RUN_ID = ("", "none")
+_HOST_MAX = 64  # node part of a derived id; ingest keeps job ids to 255 characters
+# Inference servers by the program or module they run as (a job's kind when no job record says).
+_INFERENCE_PROGRAMS = (
+    "vllm",
+    "vllm.entrypoints",
+    "sglang.launch_server",
+    "text-generation-launcher",
+    "text-generation-server",
+    "tritonserver",
+    "trtllm-serve",
+    "llama-server",
+    "ollama",
+)
+
+
+@dataclass(frozen=True)
+class ProcStat:
+    """What identity needs from `/proc/<pid>/stat`."""
+
+    start: int  # clock ticks since boot (field 22)
+    state: str
+    ppid: int | None
+    exit_status: int | None  # field 52, waitpid format; meaningful for a zombie only
+
+
+@dataclass(frozen=True)
+class ProcOrigin:
+    """Where a process comes from, for the ids of jobs without a scheduler: its own start and
+    its parent's (the launcher of a rank), and the kernel boot it runs in."""
+
+    start: int | None = None
+    ppid: int | None = None
+    parent_start: int | None = None
+    boot_id: str | None = None
+
+
+def process_job_id(prefix: str, node: str, pid: int, start: int, boot_id: str | None = None) -> str:
+    """`<prefix>-<node>-<pid>-<start ticks>[-<boot>]`: one process tree's id, stable for its
+    life (whoever computes it, whenever) and unique on the node across pid reuse and reboots."""
+    host = re.sub(r"[^A-Za-z0-9._-]", "_", node)[:_HOST_MAX] or "node"
+    out = f"{prefix}-{host}-{pid}-{start}"
+    if boot_id:
+        out += "-" + boot_id.replace("-", "")[:8].lower()
+    return out
+
+
+def read_boot_id(proc_root: str | Path = "/proc") -> str | None:
+    try:
+        text = (Path(proc_root) / "sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return None
+    return text or None
+
+
+def inference_server(cmd: Iterable[str] | None) -> bool:
+    """Whether a command line runs a known inference server (vLLM, SGLang, TGI, Triton, …)."""
+    for arg in cmd or ():
+        name = arg.rsplit("/", 1)[-1]
+        if any(name == p or name.startswith(p + ".") for p in _INFERENCE_PROGRAMS):
+            return True
+    return False
+
+
 def identity_from_env(
-    pid: int, env: dict[str, str], *, pod_uid: str | None = None, hostname: str | None = None
+    pid: int,
+    env: dict[str, str],
+    *,
+    pod_uid: str | None = None,
+    hostname: str | None = None,
+    node: str | None = None,
+    origin: ProcOrigin | None = None,
+    own_prefix: str = "proc",
 ) -> ProcessIdentity:
-    """Job, rank, local rank and world size of a process from its environment (and cgroup)."""
+    """Job, rank, local rank and world size of a process from its environment (and cgroup).
+
+    `node` and `origin` (its start, its parent's) give a job id to a process no scheduler or
+    launcher named (rules 5 and 6 of the module docstring); without them it has none."""
     ident = ProcessIdentity(pid=pid)
-    if env.get("SLURM_JOB_ID"):
-        ident.job, ident.scheduler = env["SLURM_JOB_ID"].strip(), "slurm"
-    elif env.get("TORCHELASTIC_RUN_ID"):
-        ident.job, ident.scheduler = env["TORCHELASTIC_RUN_ID"].strip(), "torchelastic"
-    elif pod_uid:
-        ident.job, ident.scheduler = pod_uid, "kubernetes"
     ident.rank = _first_int(env, RANK_VARS)
     ident.local_rank = _first_int(env, LOCAL_RANK_VARS)
     ident.world_size = _first_int(env, WORLD_SIZE_VARS)
+    run_id = env.get("TORCHELASTIC_RUN_ID")
+    run_id = run_id.strip() if run_id is not None else None
+    exec_job = (env.get(ENV_JOB_ID) or "").strip()
+    if env.get("SLURM_JOB_ID"):
+        ident.job, ident.scheduler = env["SLURM_JOB_ID"].strip(), "slurm"
+    elif exec_job:
+        ident.job = exec_job
+        ident.scheduler = (env.get(ENV_JOB_SCHEDULER) or "").strip() or SCHEDULER_EXEC
+    elif run_id is not None and run_id.lower() not in _NO_RUN_ID:
+        ident.job, ident.scheduler = f"torchelastic-{run_id}", "torchelastic"
+    elif pod_uid:
+        ident.job, ident.scheduler = pod_uid, "kubernetes"
+    elif node is not None and origin is not None:
+        launched = run_id is not None or any(v in env for v in ("OMPI_COMM_WORLD_RANK", "PMI_RANK"))
+        if launched and origin.ppid and origin.parent_start is not None:
+            prefix = "torchelastic" if run_id is not None else "proc"
+            ident.job = process_job_id(
+                prefix, node, origin.ppid, origin.parent_start, origin.boot_id
+            )
+            ident.scheduler = "torchelastic" if run_id is not None else None
+        elif not launched and origin.start is not None:
+            ident.job = process_job_id(own_prefix, node, pid, origin.start, origin.boot_id)
+            if ident.rank is None and ident.world_size is None:
+                # A process on its own is rank 0 of a world of one.
+                ident.rank, ident.local_rank, ident.world_size = 0, 0, 1
     for var, label in LABEL_VARS.items():
         if env.get(var):
             ident.labels[label] = env[var]
@@ -150,14 +262,43 @@ def identity_from_env(
     return ident
 
 
-def identity_from_own_environment(pid: int | None = None) -> ProcessIdentity:
+def read_origin(proc_root: str | Path, pid: int, boot_id: str | None = None) -> ProcOrigin | None:
+    """A process's start, parent and parent's start from `<proc_root>`; None when it is gone."""
+    stat = read_stat(proc_root, pid)
+    if stat is None:
+        return None
+    parent = read_stat(proc_root, stat.ppid) if stat.ppid else None
+    return ProcOrigin(
+        start=stat.start,
+        ppid=stat.ppid,
+        parent_start=parent.start if parent is not None else None,
+        boot_id=boot_id,
+    )
+
+
+def identity_from_own_environment(
+    pid: int | None = None, *, node: str | None = None, proc_root: str | Path = "/proc"
+) -> ProcessIdentity:
     """The identity of this process (used by `proof-agent exec`, which inherits the
-    environment `srun`/`torchrun` give the job)."""
-    pid = os.getpid() if pid is None else pid
+    environment `srun`/`torchrun` give the job). With no scheduler or launcher the job is this
+    process's own, `exec-<node>-<pid>-<start>-<boot>` with scheduler `proof-exec`; `pid` is
+    the pid the identity is for (exec passes its child's), the id comes from this process."""
+    own = os.getpid()
     pod_uid = None
     with contextlib.suppress(OSError):
-        pod_uid = pod_uid_from_cgroup(Path("/proc/self/cgroup").read_text())
-    return identity_from_env(pid, dict(os.environ), pod_uid=pod_uid)
+        pod_uid = pod_uid_from_cgroup((Path(proc_root) / "self/cgroup").read_text())
+    origin = read_origin(proc_root, own, read_boot_id(proc_root))
+    ident = identity_from_env(
+        own if pid is None else pid,
+        dict(os.environ),
+        pod_uid=pod_uid,
+        node=node or socket.gethostname(),
+        origin=origin,
+        own_prefix="exec",
+    )
+    if ident.job is not None and ident.job.startswith("exec-") and ident.scheduler is None:
+        ident.scheduler = SCHEDULER_EXEC
+    return ident
 
 
 @dataclass
@@ -166,12 +307,10 @@ class _Tracked:
     start_time: int
 
 
-def read_start_time(proc_root: Path, pid: int) -> tuple[int, str, int | None] | None:
-    """(start time in clock ticks, state letter, exit status) from `/proc/<pid>/stat`; None
-    when the process is gone. The exit status (field 52, waitpid format) is only meaningful
-    for a zombie."""
+def read_stat(proc_root: str | Path, pid: int) -> ProcStat | None:
+    """`/proc/<pid>/stat`'s start time, state, parent and exit status; None when it is gone."""
     try:
-        data = (proc_root / str(pid) / "stat").read_bytes()
+        data = (Path(proc_root) / str(pid) / "stat").read_bytes()
     except OSError:
         return None
     # The command name (field 2) is in parentheses and may contain spaces and ')'.
@@ -179,11 +318,20 @@ def read_start_time(proc_root: Path, pid: int) -> tuple[int, str, int | None] | 
     rest = data[close + 2 :].split()
     try:
         state = rest[0].decode()
+        ppid = int(rest[1])  # field 4
         start = int(rest[19])  # field 22
         exit_status = int(rest[49]) if len(rest) > 49 else None  # field 52
     except (IndexError, ValueError):
         return None
-    return start, state, exit_status
+    return ProcStat(start, state, ppid or None, exit_status)
+
+
+def read_start_time(proc_root: Path, pid: int) -> tuple[int, str, int | None] | None:
+    """(start time in clock ticks, state letter, exit status) from `/proc/<pid>/stat`; None
+    when the process is gone. The exit status (field 52, waitpid format) is only meaningful
+    for a zombie."""
+    stat = read_stat(proc_root, pid)
+    return None if stat is None else (stat.start, stat.state, stat.exit_status)
 
 
 def wait_status_to_exit_code(status: int) -> tuple[int, int | None]:
@@ -217,6 +365,7 @@ class IdentityCollector:
         self._tracked: dict[int, _Tracked] = {}
         self._jobs_live: dict[str, set[int]] = {}
         self._unreadable_warned = False
+        self._boot_id = read_boot_id(self.proc_root)
 
     # --- lookups for the rest of the agent -----------------------------------------------------
 
@@ -268,16 +417,23 @@ class IdentityCollector:
             out.append(self._process_record(ident, now))
             if ident.job is not None:
                 live = self._jobs_live.setdefault(ident.job, set())
-                if not live and ident.scheduler == "slurm":
-                    self._job_record(ident.job, now, out)
+                if not live:
+                    if ident.scheduler == "slurm":
+                        self._job_record(ident.job, now, out)
+                    else:
+                        out.append(self._unscheduled_job_record(ident, now))
                 live.add(pid)
         return out
 
     def _read_identity(self, pid: int) -> tuple[ProcessIdentity, int] | None:
         base = self.proc_root / str(pid)
-        stat = read_start_time(self.proc_root, pid)
-        if stat is None or stat[1] in ("Z", "X"):
+        stat = read_stat(self.proc_root, pid)
+        if stat is None or stat.state in ("Z", "X"):
             return None
+        parent = read_stat(self.proc_root, stat.ppid) if stat.ppid else None
+        origin = ProcOrigin(
+            stat.start, stat.ppid, parent.start if parent is not None else None, self._boot_id
+        )
         try:
             env = parse_environ((base / "environ").read_bytes())
         except PermissionError:
@@ -293,13 +449,13 @@ class IdentityCollector:
             pod_uid = pod_uid_from_cgroup((base / "cgroup").read_text(errors="replace"))
         except OSError:
             pod_uid = None
-        ident = identity_from_env(pid, env, pod_uid=pod_uid)
+        ident = identity_from_env(pid, env, pod_uid=pod_uid, node=self.node, origin=origin)
         try:
             argv = (base / "cmdline").read_bytes().split(b"\0")
             ident.cmd = [a.decode("utf-8", "replace") for a in argv if a] or None
         except OSError:
             pass
-        return ident, stat[0]
+        return ident, stat.start
 
     def _ended(
         self,
@@ -338,6 +494,22 @@ class IdentityCollector:
                     del self._jobs_live[ident.job]
                     if ident.scheduler == "slurm":
                         self._job_record(ident.job, now, out)
+
+    def _unscheduled_job_record(self, ident: ProcessIdentity, now: float) -> Record:
+        """A job no scheduler describes (torchrun, exec, a plain process), when first seen:
+        who named it, and its kind when the command says (an inference server). No state: the
+        agent is not its parent and cannot know how it ends."""
+        assert ident.job is not None
+        # No `nodes`: a run over several nodes is seen by each node's agent, and a record's
+        # node list replaces the one before.
+        rec: Record = {"type": "job", "ts": now, "job": ident.job}
+        if ident.scheduler:
+            rec["scheduler"] = ident.scheduler
+        if ident.world_size is not None:
+            rec["world_size"] = ident.world_size
+        if inference_server(ident.cmd):
+            rec["kind"] = "inference"
+        return rec
 
     def _job_record(self, job: str, now: float, out: list[Record]) -> None:
         if self.slurm is None or not self.slurm.available:

@@ -3,6 +3,7 @@ real child process, Slurm job records from the real captured scontrol/sacct outp
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -37,6 +38,7 @@ def make_proc(
     cmd: tuple[str, ...] = ("python", "train.py"),
     cgroup: str = "0::/user.slice/user-1000.slice/session-1.scope\n",
     exit_status: int = 0,
+    ppid: int = 1,
 ) -> None:
     d = root / str(pid)
     d.mkdir(parents=True, exist_ok=True)
@@ -44,7 +46,7 @@ def make_proc(
     d.joinpath("cmdline").write_bytes(b"\0".join(c.encode() for c in cmd) + b"\0")
     d.joinpath("cgroup").write_text(cgroup)
     # 52 fields; the comm contains a space and a ')' to exercise the parser
-    fields = [state, "1", str(pid), str(pid)] + ["0"] * 15 + [str(start)] + ["0"] * 29
+    fields = [state, str(ppid), str(pid), str(pid)] + ["0"] * 15 + [str(start)] + ["0"] * 29
     fields += [str(exit_status)]
     d.joinpath("stat").write_text(f"{pid} (py thon)) " + " ".join(fields) + "\n")
 
@@ -85,7 +87,13 @@ def test_open_mpi_and_torchelastic() -> None:
             "OMPI_COMM_WORLD_SIZE": "8",
         },
     )
-    assert (ident.job, ident.rank, ident.local_rank, ident.world_size) == ("run-77", 5, 1, 8)
+    assert (ident.job, ident.rank, ident.local_rank, ident.world_size) == (
+        "torchelastic-run-77",
+        5,
+        1,
+        8,
+    )
+    assert ident.scheduler == "torchelastic"
     assert identity_from_env(9, {"PMI_RANK": "2"}).rank == 2
     assert identity_from_env(9, {"RANK": "not-a-number", "PMI_RANK": "4"}).rank == 4
 
@@ -161,11 +169,14 @@ def test_pid_reuse_is_a_new_process(tmp_path: Path) -> None:
     make_proc(tmp_path, 300, {"RANK": "1"}, start=5000)
     gpu_map = {300: [G0]}
     col = IdentityCollector(node=NODE, proc_root=tmp_path, gpu_pids=lambda: gpu_map)
-    col.collect(1.0)
+    first = col.collect(1.0)
     make_proc(tmp_path, 300, {"RANK": "9"}, start=9000)
     records = col.collect(2.0)
-    assert [r["type"] for r in records] == ["event", "process"]
+    assert [r["type"] for r in records] == ["event", "process", "job"]
     assert records[1]["rank"] == 9
+    # no scheduler: each process is its own job, and a reused pid is another one
+    assert first[0]["job"] == f"proc-{NODE}-300-5000"
+    assert records[1]["job"] == records[2]["job"] == f"proc-{NODE}-300-9000"
 
 
 def test_real_child_process_exit_code_from_proc() -> None:
@@ -272,3 +283,165 @@ def test_runtime_join_forgets_a_process_that_is_gone(tmp_path: Path) -> None:
     join.apply(col.collect(11.0), now=11.0)
     join.apply([], now=17.0)  # past the grace period
     assert join.identity_of(400) is None
+
+
+# --- jobs without a scheduler ------------------------------------------------------------------
+
+BOOT = "4ff70477-cac0-414a-ac47-3982013c47c2"
+
+
+def _with_boot_id(root: Path) -> None:
+    d = root / "sys/kernel/random"
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "boot_id").write_text(BOOT + "\n")
+
+
+def _jobs(records: list[dict]) -> list[dict]:
+    return [r for r in records if r["type"] == "job"]
+
+
+def test_torchrun_ranks_share_the_run_id_job(tmp_path: Path) -> None:
+    run = "9e1ed018-c8c8-45b4-a92f-b0e99d9e38de"  # torchrun --standalone: a uuid per run
+    for pid, rank in ((100, 0), (101, 1)):
+        env = {"TORCHELASTIC_RUN_ID": run, "RANK": str(rank), "LOCAL_RANK": str(rank)}
+        make_proc(tmp_path, pid, {**env, "WORLD_SIZE": "2"}, ppid=50)
+    col = IdentityCollector(node=NODE, proc_root=tmp_path, gpu_pids=lambda: {100: [G0], 101: [G1]})
+    records = col.collect(1.0)
+    procs = [r for r in records if r["type"] == "process"]
+    assert [(p["job"], p["rank"], p["world_size"]) for p in procs] == [
+        (f"torchelastic-{run}", 0, 2),
+        (f"torchelastic-{run}", 1, 2),
+    ]
+    assert procs[0]["labels"]["scheduler"] == "torchelastic"
+    # one job record for the run, no state (the agent cannot know how it ends), no node list
+    assert _jobs(records) == [
+        {
+            "type": "job",
+            "ts": 1.0,
+            "job": f"torchelastic-{run}",
+            "scheduler": "torchelastic",
+            "world_size": 2,
+        }
+    ]
+    for r in records:
+        assert check_record(r) is None
+
+
+def test_torchrun_without_a_run_id_is_its_launchers_job(tmp_path: Path) -> None:
+    """A static rendezvous leaves TORCHELASTIC_RUN_ID=none for every run: the job is the
+    launcher's (the ranks' parent, torchrun's agent) pid and start time, stable across agent
+    restarts and different for the next run."""
+    _with_boot_id(tmp_path)
+    make_proc(tmp_path, 50, {}, start=777, cmd=("torchrun",))
+    for pid, rank in ((100, 0), (101, 1)):
+        make_proc(
+            tmp_path, pid, {"TORCHELASTIC_RUN_ID": "none", "RANK": str(rank)}, ppid=50, start=800
+        )
+    gpus = {100: [G0], 101: [G1]}
+    want = f"torchelastic-{NODE}-50-777-4ff70477"
+    col = IdentityCollector(node=NODE, proc_root=tmp_path, gpu_pids=lambda: gpus)
+    procs = [r for r in col.collect(1.0) if r["type"] == "process"]
+    assert [(p["job"], p["rank"]) for p in procs] == [(want, 0), (want, 1)]
+    restarted = IdentityCollector(node=NODE, proc_root=tmp_path, gpu_pids=lambda: gpus)
+    assert {r["job"] for r in restarted.collect(5.0)} == {want}
+    # the next run: another torchrun process (same pid even), another start → another job
+    make_proc(tmp_path, 50, {}, start=99_000, cmd=("torchrun",))
+    again = IdentityCollector(node=NODE, proc_root=tmp_path, gpu_pids=lambda: gpus)
+    assert {r["job"] for r in again.collect(9.0)} == {f"torchelastic-{NODE}-50-99000-4ff70477"}
+
+
+def test_open_mpi_ranks_without_a_scheduler_share_their_launchers_job(tmp_path: Path) -> None:
+    make_proc(tmp_path, 60, {}, start=5, cmd=("prted",))
+    for pid, rank in ((100, 0), (101, 1)):
+        make_proc(tmp_path, pid, {"OMPI_COMM_WORLD_RANK": str(rank)}, ppid=60)
+    col = IdentityCollector(node=NODE, proc_root=tmp_path, gpu_pids=lambda: {100: [G0], 101: [G1]})
+    procs = [r for r in col.collect(1.0) if r["type"] == "process"]
+    assert {p["job"] for p in procs} == {f"proc-{NODE}-60-5"}
+    assert [p["rank"] for p in procs] == [0, 1]
+
+
+def test_plain_gpu_process_is_rank_0_of_its_own_job(tmp_path: Path) -> None:
+    _with_boot_id(tmp_path)
+    make_proc(tmp_path, 300, {"HOME": "/root"}, start=4242)
+    make_proc(tmp_path, 301, {}, start=4243, cmd=("python", "-m", "vllm.entrypoints.openai"))
+    gpus = {300: [G0], 301: [G1]}
+    col = IdentityCollector(node=NODE, proc_root=tmp_path, gpu_pids=lambda: gpus)
+    records = col.collect(1.0)
+    procs = {r["pid"]: r for r in records if r["type"] == "process"}
+    p = procs[300]
+    assert p["job"] == f"proc-{NODE}-300-4242-4ff70477"
+    assert (p["rank"], p["local_rank"], p["world_size"]) == (0, 0, 1)
+    assert "scheduler" not in p.get("labels", {})
+    jobs = {j["job"]: j for j in _jobs(records)}
+    assert "kind" not in jobs[p["job"]]  # nothing says what it is
+    assert jobs[procs[301]["job"]]["kind"] == "inference"  # the command line says
+    # the id is the process's own: another collector (an agent restart) derives the same
+    assert (
+        IdentityCollector(node=NODE, proc_root=tmp_path, gpu_pids=lambda: gpus).collect(2.0)[0][
+            "job"
+        ]
+        == p["job"]
+    )
+
+
+def test_proof_job_id_from_exec_wins_over_torchrun_but_not_slurm() -> None:
+    exec_env = {"PROOF_JOB_ID": "exec-n1-10-20", "PROOF_JOB_SCHEDULER": "proof-exec"}
+    under_exec = identity_from_env(5, {**exec_env, "TORCHELASTIC_RUN_ID": "abc", "RANK": "1"})
+    assert (under_exec.job, under_exec.scheduler, under_exec.rank) == (
+        "exec-n1-10-20",
+        "proof-exec",
+        1,
+    )
+    in_slurm = identity_from_env(5, {**exec_env, "SLURM_JOB_ID": "77"})
+    assert (in_slurm.job, in_slurm.scheduler) == ("77", "slurm")
+    # exec run under torchrun passes the torchrun id on, with its scheduler
+    passed = identity_from_env(
+        5, {"PROOF_JOB_ID": "torchelastic-abc", "PROOF_JOB_SCHEDULER": "torchelastic"}
+    )
+    assert (passed.job, passed.scheduler) == ("torchelastic-abc", "torchelastic")
+    # without /proc facts (no node, no start time) nothing is made up
+    assert identity_from_env(5, {"TORCHELASTIC_RUN_ID": "none"}).job is None
+    assert identity_from_env(5, {}).job is None
+
+
+def _stat_fields(pid: int | str) -> list[str]:
+    text = Path(f"/proc/{pid}/stat").read_text()
+    return text[text.rindex(")") + 2 :].split()
+
+
+def test_real_child_with_a_torchelastic_environment() -> None:
+    """Real /proc: a torchrun-style worker (its environment as torchrun's agent sets it) and a
+    static-rendezvous one, whose job is its parent's — this test process's — pid and start."""
+    base = {"PATH": "/usr/bin:/bin", "RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "2"}
+    sleep = [sys.executable, "-c", "import time; time.sleep(5)"]
+    named = subprocess.Popen(sleep, env={**base, "TORCHELASTIC_RUN_ID": "r-8c1f"})
+    static = subprocess.Popen(sleep, env={**base, "TORCHELASTIC_RUN_ID": "none"})
+    try:
+        col = IdentityCollector(node=NODE, gpu_pids=lambda: {named.pid: [G0], static.pid: [G1]})
+        procs = {r["pid"]: r for r in col.collect(1.0) if r["type"] == "process"}
+        assert (procs[named.pid]["job"], procs[named.pid]["rank"]) == ("torchelastic-r-8c1f", 1)
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip().replace("-", "")[:8]
+        me = os.getpid()
+        want = f"torchelastic-{NODE}-{me}-{_stat_fields(me)[19]}-{boot}"
+        assert procs[static.pid]["job"] == want
+        assert procs[static.pid]["world_size"] == 2
+    finally:
+        for child in (named, static):
+            child.kill()
+            child.wait()
+
+
+def test_real_plain_process_id_from_its_proc_start_time() -> None:
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(5)"], env={"PATH": "/usr/bin:/bin"}
+    )
+    try:
+        col = IdentityCollector(node=NODE, gpu_pids=lambda: {child.pid: [G0]})
+        proc = next(r for r in col.collect(1.0) if r["type"] == "process")
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip().replace("-", "")[:8]
+        start = _stat_fields(child.pid)[19]
+        assert proc["job"] == f"proc-{NODE}-{child.pid}-{start}-{boot}"
+        assert (proc["rank"], proc["world_size"]) == (0, 1)
+    finally:
+        child.kill()
+        child.wait()
