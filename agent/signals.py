@@ -170,6 +170,9 @@ EVENT_PROCESS_GONE = "process_gone"
 # The agent's on-disk spool hit its size cap during an ingest outage and dropped its oldest
 # unsent batches (`value` = batches dropped this time; labels carry the running totals).
 EVENT_SPOOL_DROPPED = "spool_dropped"
+# Ingest refused one of the agent's batches (INVALID_ARGUMENT); the agent kept it in its dead
+# letter (`value` = the batch's sequence, `text` = the server's reason).
+EVENT_BATCH_REFUSED = "batch_refused"
 EVENT_NAMES: tuple[str, ...] = (
     EVENT_XID,
     EVENT_ECC_DBE,
@@ -179,6 +182,7 @@ EVENT_NAMES: tuple[str, ...] = (
     EVENT_COLLECTOR_ERROR,
     EVENT_PROCESS_GONE,
     EVENT_SPOOL_DROPPED,
+    EVENT_BATCH_REFUSED,
 )
 
 

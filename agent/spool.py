@@ -25,6 +25,14 @@ and every unacked batch deleted that way is counted in `dropped_batches`/`droppe
 (persisted, so the count survives restarts and can be reported). Segments roll at
 `segment_bytes`, so a drop is one `unlink`, not a rewrite.
 
+Dead letter (`DeadLetter`, beside the spool in `<spool dir>/dead-letter/`): a batch ingest
+refused (INVALID_ARGUMENT: it would be refused again) is moved out of the spool's flow into its
+own files — `<seq>.batch` (the bytes as sent), `<seq>.json` (sequence, agent id, when, the
+server's reason) and, when a renderer is given, `<seq>.jsonl` (the batch as a v1 trace, to
+inspect with `proof-agent validate`, analyze or send again with `proof replay`) — so it is never
+lost and never resent by itself. Capped at `max_batches`/`max_bytes`: the oldest entries go
+first, counted in `dead-letter/state.json`.
+
 Crash recovery: on open every segment is scanned; a frame that is cut short or fails its crc
 (the tail of a write interrupted by a crash) is truncated away, with everything after it in
 that segment, and counted in `truncations`. Sequence numbers continue after the highest ever
@@ -40,6 +48,7 @@ import threading
 import time
 import zlib
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -348,3 +357,126 @@ class Spool:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+DEAD_LETTER_DIR = "dead-letter"
+
+
+class DeadLetter:
+    """Batches ingest refused, each kept with the reason (see the module docstring).
+
+    `directory` None keeps them in memory only (an agent without a spool directory), the
+    newest `max_batches`."""
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str] | None,
+        *,
+        max_batches: int = 1000,
+        max_bytes: int = 256 << 20,
+        render: Callable[[Path, bytes, dict[str, Any]], object] | None = None,
+    ) -> None:
+        self.directory = Path(directory) if directory is not None else None
+        self.max_batches = max_batches
+        self.max_bytes = max_bytes
+        self.render = render
+        self._lock = threading.Lock()
+        self._memory: deque[tuple[dict[str, Any], bytes]] = deque(maxlen=max_batches)
+        self.dropped = 0
+        self.added = 0
+        if self.directory is not None:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            state = self.directory / STATE_FILE
+            if state.exists():
+                try:
+                    loaded = json.loads(state.read_text())
+                    self.dropped = int(loaded.get("dropped", 0))
+                    self.added = int(loaded.get("added", 0))
+                except (ValueError, TypeError, AttributeError):
+                    pass
+
+    def _save_state(self) -> None:
+        assert self.directory is not None
+        tmp = self.directory / (STATE_FILE + ".tmp")
+        tmp.write_text(json.dumps({"added": self.added, "dropped": self.dropped}))
+        os.replace(tmp, self.directory / STATE_FILE)
+
+    def add(self, sequence: int, data: bytes, reason: str, *, agent_id: str = "") -> Path | None:
+        """Keep batch `sequence` with `reason`; returns its `.batch` file (None in memory)."""
+        entry = {
+            "sequence": sequence,
+            "agent_id": agent_id,
+            "refused_at": time.time(),
+            "reason": reason,
+            "bytes": len(data),
+        }
+        with self._lock:
+            self.added += 1
+            if self.directory is None:
+                if len(self._memory) == self._memory.maxlen:
+                    self.dropped += 1
+                self._memory.append((entry, data))
+                return None
+            stem = self.directory / f"{sequence:020d}"
+            batch_path = stem.with_suffix(".batch")
+            tmp = stem.with_suffix(".batch.tmp")
+            with open(tmp, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, batch_path)
+            entry["batch_file"] = batch_path.name
+            if self.render is not None:
+                trace_path = stem.with_suffix(".jsonl")
+                try:
+                    self.render(trace_path, data, {"dead_letter": dict(entry)})
+                    entry["trace_file"] = trace_path.name
+                except Exception as exc:  # the bytes are kept whatever the rendering does
+                    entry["trace_error"] = f"{type(exc).__name__}: {exc}"[:300]
+            stem.with_suffix(".json").write_text(json.dumps(entry, indent=1) + "\n")
+            self._trim()
+            self._save_state()
+            return batch_path
+
+    def _trim(self) -> None:
+        assert self.directory is not None
+        batches = sorted(self.directory.glob("*.batch"))
+        total = sum(p.stat().st_size for p in batches)
+        while batches and (len(batches) > self.max_batches or total > self.max_bytes):
+            oldest = batches.pop(0)
+            total -= oldest.stat().st_size
+            for suffix in (".batch", ".json", ".jsonl"):
+                oldest.with_suffix(suffix).unlink(missing_ok=True)
+            self.dropped += 1
+
+    def entries(self) -> list[dict[str, Any]]:
+        """What is kept, oldest first: each entry's metadata (sequence, reason, files, …)."""
+        with self._lock:
+            if self.directory is None:
+                return [dict(e) for e, _ in self._memory]
+            out = []
+            for path in sorted(self.directory.glob("*.json")):
+                if path.name == STATE_FILE:
+                    continue
+                try:
+                    out.append(json.loads(path.read_text()))
+                except ValueError:
+                    continue
+            return out
+
+    def read(self, sequence: int) -> bytes | None:
+        """The bytes of kept batch `sequence`, as sent."""
+        with self._lock:
+            if self.directory is None:
+                return next((d for e, d in self._memory if e["sequence"] == sequence), None)
+            path = self.directory / f"{sequence:020d}.batch"
+            return path.read_bytes() if path.exists() else None
+
+    def stats(self) -> dict[str, int]:
+        entries = self.entries()
+        return {
+            "batches": len(entries),
+            "bytes": sum(int(e.get("bytes", 0)) for e in entries),
+            "added": self.added,
+            "dropped": self.dropped,
+        }

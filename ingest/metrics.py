@@ -8,6 +8,15 @@ BATCHES = Counter("proof_ingest_batches_total", "Batches processed, by outcome",
 SAMPLES = Counter("proof_ingest_samples_total", "Samples stored (duplicates not counted)")
 RECORDS = Counter("proof_ingest_records_total", "Logs, events, process, exit and job records")
 REJECTS = Counter("proof_ingest_rejects_total", "Batches refused, by reason", ["reason"])
+RECORD_REJECTS = Counter(
+    "proof_ingest_record_rejects_total",
+    "Records refused alone (the rest of their batch stored), by kind and reason",
+    ["kind", "reason"],
+)
+REJECTED_SAMPLES = Counter(
+    "proof_ingest_rejected_samples_total",
+    "Samples refused (of refused series, non-finite, outside the accepted window)",
+)
 STORE_ERRORS = Counter(
     "proof_ingest_store_errors_total", "Batches whose storage failed (not acked; agents resend)"
 )

@@ -1,7 +1,14 @@
 """Batch decoding and validation as plain functions: no gRPC, no database.
 
-`decode_batch()` turns a wire Batch into plain Python/numpy values or raises `BatchRejected`
-naming the first problem; a rejected batch is refused whole (nothing of it is stored).
+`decode_batch()` turns a wire Batch into plain Python/numpy values. A record that breaks a
+rule — a limit of agent/limits.py (the one set the agent cleans to: NUL characters, lengths,
+label counts), a bad string index, a non-finite value, a timestamp outside the accepted
+window — is refused alone: it is left out of the DecodedBatch and listed in its `rejections`,
+and the rest of the batch is stored. A series is one record (refused with all its samples);
+a non-finite or out-of-window sample is refused alone. `BatchRejected` (the whole batch
+refused, nothing of it stored) is left for what cannot be attributed to one record: bytes that
+are not a Batch, a bad agent id or sequence, the size limits, counts that do not add up, a span
+over an hour, and a batch in which no record at all is usable.
 """
 
 from __future__ import annotations
@@ -14,12 +21,17 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from agent import limits as L
 from agent.wire import ingest_pb2
 from ingest.storage import MAX_BLOCK_SPAN_MS
 
 JOB_STATES = ("running", "completed", "failed", "cancelled")
-MAX_AGENT_ID = 128
-MAX_NAME = 255
+MAX_AGENT_ID = L.MAX_AGENT_ID_CHARS
+MAX_NAME = L.MAX_SIGNAL_NAME_CHARS
+# The smallest identifier limit of a dictionary string (a GPU id): a dictionary whose strings
+# are all at most this long and hold no NUL needs no per-field check at all (the usual batch).
+_ID_FLOOR = min(L.MAX_GPU_CHARS, L.MAX_EVENT_NAME_CHARS, L.MAX_NODE_CHARS, L.MAX_JOB_CHARS)
+MAX_KEPT_REJECTIONS = 32  # details kept per batch (all are counted)
 
 
 class BatchRejected(Exception):
@@ -31,13 +43,34 @@ class BatchRejected(Exception):
         self.message = message
 
 
+class _RecordProblem(Exception):
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
+@dataclass(frozen=True)
+class RecordRejection:
+    """One record refused alone: `kind` (series, samples, log, event, process, exit, job),
+    its `index` in that list of the Batch, the metric `reason` and what was wrong."""
+
+    kind: str
+    index: int
+    reason: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.index}: {self.message}"
+
+
 @dataclass(frozen=True)
 class Limits:
     max_batch_bytes: int = 32 * 1024 * 1024
     max_series: int = 200_000
     max_samples: int = 4_000_000
     max_records: int = 200_000  # logs + events + processes + exits + jobs
-    max_line_bytes: int = 16 * 1024
+    max_line_bytes: int = L.MAX_LOG_LINE_CHARS  # characters, despite the name
     max_age_s: float = 7 * 86400
     max_future_s: float = 300
     max_span_ms: int = MAX_BLOCK_SPAN_MS
@@ -78,33 +111,82 @@ class DecodedBatch:
     processes: list[dict[str, Any]] = field(default_factory=list)
     exits: list[dict[str, Any]] = field(default_factory=list)
     jobs: list[dict[str, Any]] = field(default_factory=list)
+    # Records refused alone (the first MAX_KEPT_REJECTIONS), how many in all, by (kind,
+    # reason), and the samples among them.
+    rejections: list[RecordRejection] = field(default_factory=list)
+    rejected_records: int = 0
+    rejected_by: dict[tuple[str, str], int] = field(default_factory=dict)
+    rejected_samples: int = 0
 
     @property
     def sample_count(self) -> int:
         return len(self.values)
 
+    @property
+    def record_count(self) -> int:
+        return (
+            len(self.logs)
+            + len(self.events)
+            + len(self.processes)
+            + len(self.exits)
+            + len(self.jobs)
+        )
+
+    def reject(self, kind: str, index: int, reason: str, message: str) -> None:
+        self.rejected_records += 1
+        self.rejected_by[(kind, reason)] = self.rejected_by.get((kind, reason), 0) + 1
+        if len(self.rejections) < MAX_KEPT_REJECTIONS:
+            self.rejections.append(RecordRejection(kind, index, reason, message))
+
 
 class _Strings:
+    """The batch's dictionary, with what is needed to check a string against a limit cheaply:
+    `flagged` holds the indices of the strings that could break one (a NUL, or longer than the
+    smallest identifier limit), so the usual batch checks no field at all."""
+
     def __init__(self, strings: list[str]) -> None:
         if strings and strings[0] != "":
             raise BatchRejected("malformed", "strings[0] must be the empty string")
         self.strings = strings or [""]
+        self.flagged: frozenset[int] = frozenset()
+        if max(map(len, self.strings)) > _ID_FLOOR or "\x00" in "".join(self.strings):
+            self.flagged = frozenset(
+                i for i, s in enumerate(self.strings) if len(s) > _ID_FLOOR or "\x00" in s
+            )
 
     def get(self, index: int, what: str) -> str:
         if index >= len(self.strings):
-            raise BatchRejected(
+            raise _RecordProblem(
                 "malformed",
                 f"{what}: string index {index} is outside the dictionary of "
                 f"{len(self.strings)} strings",
             )
         return self.strings[index]
 
+    def checked(self, index: int, limit: int, what: str) -> str:
+        """The string at `index`, which must meet `limit` (a _RecordProblem if not)."""
+        text = self.get(index, what)
+        if index in self.flagged:
+            problem = L.text_problem(text, limit)
+            if problem is not None:
+                raise _RecordProblem(problem[0], f"{what}: {problem[1]}")
+        return text
+
     def labels(self, indices: Any, what: str) -> tuple[tuple[str, str], ...]:
         if not indices:
             return ()
         if len(indices) % 2:
-            raise BatchRejected("malformed", f"{what}: labels must be key/value index pairs")
+            raise _RecordProblem("malformed", f"{what}: labels must be key/value index pairs")
+        if len(indices) > 2 * L.MAX_LABELS:
+            raise _RecordProblem(
+                L.TOO_MANY,
+                f"{what}: {len(indices) // 2} labels, over the limit of {L.MAX_LABELS}",
+            )
         items = [self.get(i, what) for i in indices]
+        if self.flagged and not self.flagged.isdisjoint(indices):
+            problem = L.labels_problem(dict(zip(items[::2], items[1::2], strict=True)))
+            if problem is not None:
+                raise _RecordProblem(problem[0], f"{what}: labels: {problem[1]}")
         return tuple(sorted(zip(items[::2], items[1::2], strict=True)))
 
 
@@ -114,11 +196,11 @@ def _opt(ident: Any, name: str) -> int | None:
 
 def _identity(ident: Any, strings: _Strings, what: str) -> dict[str, Any]:
     return {
-        "node": strings.get(ident.node, what),
-        "gpu": strings.get(ident.gpu, what),
+        "node": strings.checked(ident.node, L.MAX_NODE_CHARS, f"{what}: node"),
+        "gpu": strings.checked(ident.gpu, L.MAX_GPU_CHARS, f"{what}: gpu"),
         "gpu_index": _opt(ident, "gpu_index"),
         "pid": _opt(ident, "pid"),
-        "job": strings.get(ident.job, what),
+        "job": strings.checked(ident.job, L.MAX_JOB_CHARS, f"{what}: job"),
         "rank": _opt(ident, "rank"),
         "local_rank": _opt(ident, "local_rank"),
         "step": _opt(ident, "step"),
@@ -131,20 +213,30 @@ class _Window:
         self.hi_us = int((now + limits.max_future_s) * 1e6)
         self.limits = limits
 
+    def describe(self, ts_us: int, what: str) -> str:
+        return (
+            f"{what}: timestamp {ts_us / 1e6:.3f} is outside the accepted window "
+            f"[{self.lo_us / 1e6:.0f}, {self.hi_us / 1e6:.0f}] (now - "
+            f"{self.limits.max_age_s:.0f} s to now + {self.limits.max_future_s:.0f} s)"
+        )
+
     def check_us(self, ts_us: int, what: str) -> None:
         if not self.lo_us <= ts_us <= self.hi_us:
-            raise BatchRejected(
-                "out_of_window",
-                f"{what}: timestamp {ts_us / 1e6:.3f} is outside the accepted window "
-                f"[{self.lo_us / 1e6:.0f}, {self.hi_us / 1e6:.0f}] (now - "
-                f"{self.limits.max_age_s:.0f} s to now + {self.limits.max_future_s:.0f} s)",
-            )
+            raise _RecordProblem("out_of_window", self.describe(ts_us, what))
+
+
+def _text(text: str, limit: int, what: str) -> str:
+    problem = L.text_problem(text, limit)
+    if problem is not None:
+        raise _RecordProblem(problem[0], f"{what}: {problem[1]}")
+    return text
 
 
 def decode_batch(
     batch: Any, limits: Limits, *, now: float | None = None, size: int | None = None
 ) -> DecodedBatch:
-    """Validate and decode one wire Batch (agent.wire.ingest_pb2.Batch)."""
+    """Validate and decode one wire Batch (agent.wire.ingest_pb2.Batch): bad records are
+    left out and listed in `rejections`; BatchRejected when the batch as a whole is unusable."""
     now = time.time() if now is None else now
     size = batch.ByteSize() if size is None else size
     if size > limits.max_batch_bytes:
@@ -153,6 +245,8 @@ def decode_batch(
         )
     if not batch.agent_id or len(batch.agent_id) > MAX_AGENT_ID:
         raise BatchRejected("malformed", f"agent_id must be 1 to {MAX_AGENT_ID} characters")
+    if "\x00" in batch.agent_id:
+        raise BatchRejected("nul", "agent_id holds a NUL character")
     if batch.sequence < 1:
         raise BatchRejected("malformed", "sequence must be 1 or more")
     n_records = (
@@ -168,15 +262,30 @@ def decode_batch(
         )
     strings = _Strings(list(batch.strings))
     window = _Window(limits, now)
-    series, counts, ts_ms, values = _decode_samples(batch, strings, limits, window)
-    decoded = DecodedBatch(batch.agent_id, int(batch.sequence), series, counts, ts_ms, values)
+    decoded = DecodedBatch(
+        batch.agent_id,
+        int(batch.sequence),
+        [],
+        np.zeros(0, np.int64),
+        np.zeros(0, np.int64),
+        np.zeros(0, np.float64),
+    )
+    _decode_samples(batch, strings, limits, window, decoded)
     _decode_records(batch, strings, limits, window, decoded)
+    if decoded.rejected_records and not decoded.sample_count and not decoded.record_count:
+        # Nothing of it is usable: refuse it whole, so the agent keeps it (dead letter).
+        first = decoded.rejections[0]
+        raise BatchRejected(
+            first.reason,
+            f"no record of the batch is usable ({decoded.rejected_records} refused; first: "
+            f"{first})",
+        )
     return decoded
 
 
 def _decode_samples(
-    batch: Any, strings: _Strings, limits: Limits, window: _Window
-) -> tuple[list[SeriesKey], np.ndarray, np.ndarray, np.ndarray]:
+    batch: Any, strings: _Strings, limits: Limits, window: _Window, out: DecodedBatch
+) -> None:
     n_series = len(batch.series)
     if n_series > limits.max_series:
         raise BatchRejected(
@@ -199,58 +308,114 @@ def _decode_samples(
             f"sample_counts add up to {total} but there are {len(batch.ts_ms)} timestamps and "
             f"{len(batch.values)} values",
         )
-    series: list[SeriesKey] = []
+    series: list[SeriesKey | None] = []
     get = strings.get
+    flagged = strings.flagged
+    bad_series: list[int] = []
     for i, sd in enumerate(batch.series):
         what = f"series {i}"
-        name = get(sd.name, what)
-        if not name or len(name) > MAX_NAME:
-            raise BatchRejected("malformed", f"{what}: name must be 1 to {MAX_NAME} characters")
-        ident = sd.identity
-        series.append(
-            SeriesKey(
+        try:
+            name = get(sd.name, what)
+            if not name or len(name) > MAX_NAME:
+                raise _RecordProblem(
+                    L.TOO_LONG if name else "malformed",
+                    f"{what}: name must be 1 to {MAX_NAME} characters",
+                )
+            ident = sd.identity
+            if flagged:
+                node = strings.checked(ident.node, L.MAX_NODE_CHARS, f"{what} ({name}): node")
+                gpu = strings.checked(ident.gpu, L.MAX_GPU_CHARS, f"{what} ({name}): gpu")
+                job = strings.checked(ident.job, L.MAX_JOB_CHARS, f"{what} ({name}): job")
+                strings.checked(sd.name, MAX_NAME, f"{what}: name")
+            else:
+                node, gpu, job = get(ident.node, what), get(ident.gpu, what), get(ident.job, what)
+            key = SeriesKey(
                 name,
-                get(ident.node, what),
-                get(ident.gpu, what),
+                node,
+                gpu,
                 _opt(ident, "gpu_index"),
                 _opt(ident, "pid"),
-                get(ident.job, what),
+                job,
                 _opt(ident, "rank"),
                 _opt(ident, "local_rank"),
                 strings.labels(sd.labels, what),
             )
-        )
+        except _RecordProblem as problem:
+            out.reject("series", i, problem.reason, problem.message)
+            bad_series.append(i)
+            series.append(None)
+            continue
+        series.append(key)
     if total == 0:
-        return series, counts, np.zeros(0, np.int64), np.zeros(0, np.float64)
+        out.series = [k for k in series if k is not None]
+        out.counts = counts[[k is not None for k in series]] if bad_series else counts
+        return
     values = np.array(batch.values, dtype=np.float64)
-    finite = np.isfinite(values)
-    if not finite.all():
-        bad = int(np.argmin(finite))
-        owner = int(np.searchsorted(np.cumsum(counts), bad, side="right"))
-        raise BatchRejected(
-            "non_finite",
-            f"series {owner} ({series[owner].name}): value {values[bad]!r} is not finite "
-            "(NaN and infinity are not accepted)",
-        )
     ts_ms = np.cumsum(np.array(batch.ts_ms, dtype=np.int64))
-    lo, hi = int(ts_ms.min()), int(ts_ms.max())
-    window.check_us(lo * 1000, "samples")
-    window.check_us(hi * 1000, "samples")
-    if hi - lo > limits.max_span_ms:
-        raise BatchRejected(
-            "span",
-            f"samples span {(hi - lo) / 1000:.0f} s, over the limit of "
-            f"{limits.max_span_ms / 1000:.0f} s per batch",
-        )
-    return series, counts, ts_ms, values
+    keep = np.isfinite(values)
+    in_window = (ts_ms >= window.lo_us // 1000) & (ts_ms <= window.hi_us // 1000)
+    keep &= in_window
+    series_ok = np.ones(n_series, dtype=bool)
+    if bad_series:
+        series_ok[bad_series] = False
+        out.rejected_samples += int(counts[~series_ok].sum())
+        keep &= np.repeat(series_ok, counts)
+    if not keep.all():
+        _reject_samples(out, series, counts, series_ok, values, ts_ms, in_window, window)
+        kept_counts = np.bincount(
+            np.repeat(np.arange(n_series), counts)[keep], minlength=n_series
+        ).astype(np.int64)
+        values, ts_ms = values[keep], ts_ms[keep]
+    else:
+        kept_counts = counts
+    out.series = [k for k in series if k is not None]
+    out.counts = kept_counts[series_ok] if bad_series else kept_counts
+    out.ts_ms, out.values = ts_ms, values
+    if len(ts_ms):
+        lo, hi = int(ts_ms.min()), int(ts_ms.max())
+        if hi - lo > limits.max_span_ms:
+            raise BatchRejected(
+                "span",
+                f"samples span {(hi - lo) / 1000:.0f} s, over the limit of "
+                f"{limits.max_span_ms / 1000:.0f} s per batch",
+            )
 
 
-def _check_line(text: str, limits: Limits, what: str) -> None:
-    if len(text) > limits.max_line_bytes:
-        raise BatchRejected(
-            "oversized",
-            f"{what}: {len(text)} characters, over the limit of {limits.max_line_bytes}",
-        )
+def _reject_samples(
+    out: DecodedBatch,
+    series: list[SeriesKey | None],
+    counts: np.ndarray,
+    series_ok: np.ndarray,
+    values: np.ndarray,
+    ts_ms: np.ndarray,
+    in_window: np.ndarray,
+    window: _Window,
+) -> None:
+    """Refuse the non-finite and out-of-window samples of good series: one rejection per
+    series and reason (the off path: only batches that have such samples get here)."""
+    owner = np.repeat(np.arange(len(counts)), counts)
+    good = np.repeat(series_ok, counts)
+    for reason, bad in (
+        ("non_finite", ~np.isfinite(values) & good),
+        ("out_of_window", np.isfinite(values) & ~in_window & good),
+    ):
+        if not bad.any():
+            continue
+        where = np.flatnonzero(bad)
+        out.rejected_samples += len(where)
+        owners, first, n = np.unique(owner[where], return_index=True, return_counts=True)
+        for s, f, c in zip(owners.tolist(), first.tolist(), n.tolist(), strict=True):
+            key = series[s]
+            what = f"series {s} ({key.name if key else '?'})"
+            at = int(where[f])
+            if reason == "non_finite":
+                message = (
+                    f"{what}: {c} value(s) not finite, first {float(values[at])!r} "
+                    "(NaN and infinity are not accepted)"
+                )
+            else:
+                message = f"{c} sample(s) refused; " + window.describe(int(ts_ms[at]) * 1000, what)
+            out.reject("samples", s, reason, message)
 
 
 def _decode_records(
@@ -258,90 +423,132 @@ def _decode_records(
 ) -> None:
     for i, rec in enumerate(batch.logs):
         what = f"log {i}"
-        window.check_us(rec.ts_us, what)
-        _check_line(rec.line, limits, what)
-        out.logs.append(
-            {
+        try:
+            window.check_us(rec.ts_us, what)
+            item = {
                 "ts_us": rec.ts_us,
                 **_identity(rec.identity, strings, what),
-                "stream": strings.get(rec.stream, what)[:16],
-                "line": rec.line,
+                "stream": strings.checked(rec.stream, L.MAX_STREAM_CHARS, f"{what}: stream"),
+                "line": _text(rec.line, limits.max_line_bytes, what),
             }
-        )
+        except _RecordProblem as problem:
+            out.reject("log", i, problem.reason, problem.message)
+            continue
+        if len(item["stream"]) > L.MAX_STREAM_CHARS:
+            out.reject("log", i, L.TOO_LONG, f"{what}: stream over {L.MAX_STREAM_CHARS} characters")
+            continue
+        out.logs.append(item)
     for i, ev in enumerate(batch.events):
         what = f"event {i}"
-        window.check_us(ev.ts_us, what)
-        name = strings.get(ev.name, what)
-        if not name:
-            raise BatchRejected("malformed", f"{what}: name is required")
-        value = ev.value if ev.HasField("value") else None
-        if value is not None and not math.isfinite(value):
-            raise BatchRejected("non_finite", f"{what} ({name}): value {value!r} is not finite")
-        _check_line(ev.text, limits, what)
-        out.events.append(
-            {
+        try:
+            window.check_us(ev.ts_us, what)
+            name = strings.checked(ev.name, L.MAX_EVENT_NAME_CHARS, f"{what}: name")
+            if not name:
+                raise _RecordProblem("malformed", f"{what}: name is required")
+            if len(name) > L.MAX_EVENT_NAME_CHARS:
+                raise _RecordProblem(
+                    L.TOO_LONG, f"{what}: name over {L.MAX_EVENT_NAME_CHARS} characters"
+                )
+            value = ev.value if ev.HasField("value") else None
+            if value is not None and not math.isfinite(value):
+                raise _RecordProblem(
+                    "non_finite", f"{what} ({name}): value {value!r} is not finite"
+                )
+            item = {
                 "ts_us": ev.ts_us,
-                "name": name[:128],
+                "name": name,
                 **_identity(ev.identity, strings, what),
                 "value": value,
-                "text": ev.text,
+                "text": _text(ev.text, L.MAX_EVENT_TEXT_CHARS, f"{what}: text"),
                 "labels": dict(strings.labels(ev.labels, what)),
             }
-        )
+        except _RecordProblem as problem:
+            out.reject("event", i, problem.reason, problem.message)
+            continue
+        out.events.append(item)
     for kind, records, target in (
         ("process", batch.processes, out.processes),
         ("exit", batch.exits, out.exits),
     ):
         for i, rec in enumerate(records):
             what = f"{kind} {i}"
-            window.check_us(rec.ts_us, what)
-            ident = _identity(rec.identity, strings, what)
-            if not ident["node"] or ident["pid"] is None:
-                raise BatchRejected("malformed", f"{what}: node and pid are required")
-            item = {"ts_us": rec.ts_us, **ident}
-            if kind == "process":
-                _check_line(rec.cmd, limits, what)
-                item["world_size"] = rec.world_size if rec.HasField("world_size") else None
-                item["cmd"] = rec.cmd
-            else:
-                item["exit_code"] = rec.exit_code
+            try:
+                window.check_us(rec.ts_us, what)
+                ident = _identity(rec.identity, strings, what)
+                if not ident["node"] or ident["pid"] is None:
+                    raise _RecordProblem("malformed", f"{what}: node and pid are required")
+                item = {"ts_us": rec.ts_us, **ident}
+                if kind == "process":
+                    item["world_size"] = rec.world_size if rec.HasField("world_size") else None
+                    item["cmd"] = _text(rec.cmd, L.MAX_CMD_CHARS, f"{what}: cmd")
+                else:
+                    item["exit_code"] = rec.exit_code
+            except _RecordProblem as problem:
+                out.reject(kind, i, problem.reason, problem.message)
+                continue
             target.append(item)
     for i, job in enumerate(batch.jobs):
-        what = f"job {i}"
-        window.check_us(job.ts_us, what)
-        job_id = strings.get(job.job, what)
-        if not job_id or len(job_id) > MAX_NAME:
-            raise BatchRejected("malformed", f"{what}: job id must be 1 to {MAX_NAME} characters")
-        if job.state and job.state not in JOB_STATES:
-            raise BatchRejected(
-                "malformed", f"{what}: state {job.state!r} is not one of {', '.join(JOB_STATES)}"
-            )
-        config = None
-        if job.config_json:
-            try:
-                config = json.loads(job.config_json)
-            except ValueError as exc:
-                raise BatchRejected(
-                    "malformed", f"{what}: config_json is not JSON: {exc}"
-                ) from None
-            if not isinstance(config, dict):
-                raise BatchRejected("malformed", f"{what}: config_json must be a JSON object")
-        out.jobs.append(
-            {
-                "ts_us": job.ts_us,
-                "job": job_id,
-                "kind": job.kind[:32],
-                "name": job.name[:MAX_NAME],
-                "nodes": [strings.get(n, what) for n in job.nodes],
-                "world_size": job.world_size if job.HasField("world_size") else None,
-                "scheduler": job.scheduler[:64],
-                "state": job.state,
-                "exit_code": job.exit_code if job.HasField("exit_code") else None,
-                "config": config,
-                "rerun_of": job.rerun_of[:MAX_NAME],
-                "attributes": dict(job.attributes),
-            }
+        try:
+            item = _decode_job(job, f"job {i}", strings, window)
+        except _RecordProblem as problem:
+            out.reject("job", i, problem.reason, problem.message)
+            continue
+        out.jobs.append(item)
+
+
+def _decode_job(job: Any, what: str, strings: _Strings, window: _Window) -> dict[str, Any]:
+    window.check_us(job.ts_us, what)
+    job_id = strings.checked(job.job, L.MAX_JOB_CHARS, f"{what}: job id")
+    if not job_id or len(job_id) > L.MAX_JOB_CHARS:
+        raise _RecordProblem(
+            L.TOO_LONG if job_id else "malformed",
+            f"{what}: job id must be 1 to {L.MAX_JOB_CHARS} characters",
         )
+    if job.state and job.state not in JOB_STATES:
+        raise _RecordProblem(
+            "malformed", f"{what}: state {job.state[:40]!r} is not one of {', '.join(JOB_STATES)}"
+        )
+    for name, limit in (
+        ("kind", L.MAX_JOB_KIND_CHARS),
+        ("name", L.MAX_JOB_NAME_CHARS),
+        ("scheduler", L.MAX_SCHEDULER_CHARS),
+        ("rerun_of", L.MAX_JOB_CHARS),
+    ):
+        _text(getattr(job, name), limit, f"{what}: {name}")
+    if len(job.nodes) > L.MAX_JOB_NODES:
+        raise _RecordProblem(
+            L.TOO_MANY, f"{what}: {len(job.nodes)} nodes, over the limit of {L.MAX_JOB_NODES}"
+        )
+    nodes = [strings.checked(n, L.MAX_NODE_CHARS, f"{what}: nodes") for n in job.nodes]
+    attributes = dict(job.attributes)
+    problem = L.attributes_problem(attributes)
+    if problem is not None:
+        raise _RecordProblem(problem[0], f"{what}: attributes: {problem[1]}")
+    config = None
+    if job.config_json:
+        problem = L.config_problem(job.config_json)
+        if problem is not None:
+            raise _RecordProblem(problem[0], f"{what}: config_json: {problem[1]}")
+        try:
+            config = json.loads(job.config_json)
+        except ValueError as exc:
+            raise _RecordProblem("malformed", f"{what}: config_json is not JSON: {exc}") from None
+        if not isinstance(config, dict):
+            raise _RecordProblem("malformed", f"{what}: config_json must be a JSON object")
+    return {
+        "ts_us": job.ts_us,
+        "job": job_id,
+        "kind": job.kind,
+        "name": job.name,
+        "nodes": nodes,
+        "world_size": job.world_size if job.HasField("world_size") else None,
+        "scheduler": job.scheduler,
+        "state": job.state,
+        "exit_code": job.exit_code if job.HasField("exit_code") else None,
+        "config": config,
+        "rerun_of": job.rerun_of,
+        "attributes": attributes,
+    }
 
 
 def empty_batch(agent_id: str, sequence: int) -> Any:

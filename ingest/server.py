@@ -8,7 +8,12 @@ Flow of one stream:
     handler generator: yield each Ack as it arrives
 An Ack is only ever sent after its batch committed, and a batch that failed to store is never
 acked (the stream ends with UNAVAILABLE and the agent resends it on a new stream). An invalid
-batch ends the stream with INVALID_ARGUMENT after the acks of the batches before it.
+batch ends the stream with INVALID_ARGUMENT after the acks of the batches before it; so does a
+batch whose storage the database refused for its data (DataError, a check violation): resending
+it would fail the same way, so the agent keeps it aside (its dead letter) instead. A record
+that breaks a limit is refused alone (ingest.processing): the rest of its batch is stored, the
+Ack counts and names what was refused, the reject metric counts it, and it is logged once (per
+agent and reason, at most once a minute).
 """
 
 from __future__ import annotations
@@ -24,10 +29,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import grpc
-from django.db import close_old_connections, connections
+from django.db import DataError, IntegrityError, close_old_connections, connections
 from google.protobuf.message import DecodeError
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from agent import limits as L
 from agent.wire import ingest_pb2, ingest_pb2_grpc
 from ingest import metrics, services
 from ingest.processing import BatchRejected, DecodedBatch, Limits, decode_batch
@@ -40,10 +46,79 @@ REJECTED_SEQUENCE_KEY = "proof-rejected-sequence"
 # How often an open stream re-checks its agent token (one indexed lookup per stream per
 # interval): a revoked token stops being honoured within this many seconds.
 TOKEN_RECHECK_S = 10.0
+# Refused records are logged at most once per (agent id, reason) per this many seconds; the
+# metric counts every one.
+REJECT_LOG_INTERVAL_S = 60.0
+ACK_REJECTIONS = 8  # refused records named in one Ack (all are counted)
 _STATUS = {
     services.StoreStatus.STORED: ingest_pb2.Ack.STORED,
     services.StoreStatus.DUPLICATE: ingest_pb2.Ack.DUPLICATE,
 }
+
+
+class PermanentStoreError(Exception):
+    """The database refused the batch for what it holds; storing it again would fail again."""
+
+
+def _permanent(exc: BaseException) -> bool:
+    """A store failure caused by the batch's data (a value PostgreSQL refuses, a constraint),
+    not by the database being unavailable: DataError, and IntegrityError other than a foreign
+    key (a row deleted under us, which a retry after the caches are dropped can get past)."""
+    if isinstance(exc, DataError):
+        return True
+    if isinstance(exc, IntegrityError):
+        return "foreign key" not in str(exc).lower()
+    return False
+
+
+class _RejectLog:
+    """Log refused records once per (agent, reason) per interval, with how many since."""
+
+    def __init__(self, interval_s: float = REJECT_LOG_INTERVAL_S) -> None:
+        self.interval_s = interval_s
+        self._lock = threading.Lock()
+        self._last: dict[tuple[str, str], tuple[float, int]] = {}
+
+    def note(self, batch: DecodedBatch) -> None:
+        now = time.monotonic()
+        by_reason: dict[str, int] = {}
+        for (_kind, reason), n in batch.rejected_by.items():
+            by_reason[reason] = by_reason.get(reason, 0) + n
+        for reason, n in sorted(by_reason.items()):
+            key = (batch.agent_id, reason)
+            with self._lock:
+                if len(self._last) > 10_000:
+                    self._last.clear()
+                last, quiet = self._last.get(key, (-1e18, 0))
+                due = now - last >= self.interval_s
+                self._last[key] = (now, 0) if due else (last, quiet + n)
+            if not due:
+                continue
+            example = next((r for r in batch.rejections if r.reason == reason), None)
+            log.warning(
+                "batch %s of agent %s: %d record(s) refused (%s), the rest stored; e.g. %s%s",
+                batch.sequence,
+                batch.agent_id,
+                n,
+                reason,
+                example if example is not None else "?",
+                f" ({quiet} more of this agent and reason not logged since)" if quiet else "",
+            )
+
+
+def _ack(seq: int, status: Any, samples: int, batch: DecodedBatch | None) -> Any:
+    ack = ingest_pb2.Ack(sequence=seq, status=status, samples=samples)
+    if batch is not None and batch.rejected_records:
+        ack.rejected_records = batch.rejected_records
+        ack.rejected_samples = batch.rejected_samples
+        for r in batch.rejections[:ACK_REJECTIONS]:
+            ack.rejections.add(
+                kind=r.kind,
+                index=r.index,
+                reason=r.reason,
+                message=L.clean_text(r.message, 512),
+            )
+    return ack
 
 
 @dataclass
@@ -88,11 +163,26 @@ class StorageWriter:
             try:
                 outcome = services.store_batch(item.operator_id, item.batch)
             except BaseException as exc:
-                log.exception(
-                    "storing batch %s of %s failed", item.batch.sequence, item.batch.agent_id
+                # One line per failure; the traceback only at debug level (a batch that keeps
+                # failing must not fill the log with tracebacks).
+                permanent = _permanent(exc)
+                first_line = L.clean_text((str(exc).strip() or "?").splitlines()[0], 300)
+                log.error(
+                    "storing batch %s of %s failed (%s: %s); %s",
+                    item.batch.sequence,
+                    item.batch.agent_id,
+                    type(exc).__name__,
+                    first_line,
+                    "refused: its data cannot be stored" if permanent else "not acked",
                 )
+                log.debug("storing batch %s failed", item.batch.sequence, exc_info=True)
                 metrics.STORE_ERRORS.inc()
                 close_old_connections()
+                if permanent:
+                    metrics.REJECTS.labels("store_refused").inc()
+                    exc = PermanentStoreError(
+                        f"the database refused its data ({type(exc).__name__}: {first_line})"
+                    )
                 item.done(None, exc)
                 continue
             metrics.BATCHES.labels(outcome.status.value).inc()
@@ -157,6 +247,7 @@ class IngestServicer(ingest_pb2_grpc.IngestServicer):
         self.token_recheck_s = token_recheck_s
         self._recheck_lock = threading.Lock()
         self._rechecked: dict[str, tuple[int | None, float]] = {}
+        self._reject_log = _RejectLog()
 
     @staticmethod
     def _resolve(token: str) -> int | None:
@@ -196,14 +287,16 @@ class IngestServicer(ingest_pb2_grpc.IngestServicer):
         operator_id = self._authenticate(context)
         if not request.agent_id or not request.hostname:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "agent_id and hostname are required")
+        # Cleaned exactly as the agent cleans the same values in its records (agent/limits.py),
+        # so the node and GPU ids of Register match those of the batches.
         gpus = [
             {
-                "uuid": g.uuid,
+                "uuid": L.clean_identifier(g.uuid, L.MAX_GPU_CHARS),
                 "index": g.index,
-                "model": g.model[:128],
+                "model": L.clean_text(g.model, 128),
                 "memory_mib": g.memory_mib or None,
-                "driver_version": g.driver_version[:64],
-                "cuda_version": g.cuda_version[:64],
+                "driver_version": L.clean_text(g.driver_version, 64),
+                "cuda_version": L.clean_text(g.cuda_version, 64),
             }
             for g in request.gpus
             if g.uuid
@@ -211,9 +304,9 @@ class IngestServicer(ingest_pb2_grpc.IngestServicer):
         try:
             session, last = services.register_agent(
                 operator_id,
-                agent_id=request.agent_id[:128],
-                hostname=request.hostname[:255],
-                agent_version=request.agent_version[:64],
+                agent_id=L.clean_identifier(request.agent_id, L.MAX_AGENT_ID_CHARS),
+                hostname=L.clean_identifier(request.hostname, L.MAX_NODE_CHARS),
+                agent_version=L.clean_text(request.agent_version, 64),
                 gpus=gpus,
             )
         finally:
@@ -234,13 +327,18 @@ class IngestServicer(ingest_pb2_grpc.IngestServicer):
         context.add_callback(lambda: events.put(("cancelled",)))
         stop_reading = threading.Event()
 
-        def on_done(seq: int, samples: int, arrived: float) -> Callable[..., None]:
+        def on_done(batch: DecodedBatch, arrived: float) -> Callable[..., None]:
+            seq = batch.sequence
+
             def done(outcome: services.StoreOutcome | None, exc: BaseException | None) -> None:
-                if exc is not None:
+                if isinstance(exc, PermanentStoreError):
+                    events.put(("refused", seq, str(exc)))
+                elif exc is not None:
                     events.put(("error", seq, exc))
                 else:
                     assert outcome is not None
-                    events.put(("ack", seq, _STATUS[outcome.status], samples, arrived))
+                    ack = _ack(seq, _STATUS[outcome.status], batch.sample_count, batch)
+                    events.put(("ack", ack, arrived))
 
             return done
 
@@ -268,14 +366,14 @@ class IngestServicer(ingest_pb2_grpc.IngestServicer):
                         metrics.REJECTS.labels(exc.reason).inc()
                         events.put(("reject", sequence, exc.message))
                         return
+                    if decoded.rejected_records:
+                        for (kind, reason), n in decoded.rejected_by.items():
+                            metrics.RECORD_REJECTS.labels(kind, reason).inc(n)
+                        metrics.REJECTED_SAMPLES.inc(decoded.rejected_samples)
+                        self._reject_log.note(decoded)
                     events.put(("queued",))
                     self.writer.submit(
-                        WriteItem(
-                            operator_id,
-                            decoded,
-                            arrived,
-                            on_done(decoded.sequence, decoded.sample_count, arrived),
-                        )
+                        WriteItem(operator_id, decoded, arrived, on_done(decoded, arrived))
                     )
             except Exception as exc:
                 log.debug("stream ended: %s", exc)
@@ -289,8 +387,9 @@ class IngestServicer(ingest_pb2_grpc.IngestServicer):
         rejection: tuple[int, str] | None = None
         revoked = False
         failure: tuple[int, BaseException] | None = None
+        store_refused = False
         try:
-            while not ((ended or failure is not None) and pending == 0):
+            while not ((ended or failure is not None or store_refused) and pending == 0):
                 try:
                     event = events.get(timeout=1.0)
                 except queue.Empty:
@@ -304,11 +403,19 @@ class IngestServicer(ingest_pb2_grpc.IngestServicer):
                 if kind == "queued":
                     pending += 1
                 elif kind == "ack":
-                    _, seq, status, samples, arrived = event
+                    _, ack, arrived = event
                     pending -= 1
                     metrics.ACK_LATENCY.observe(time.monotonic() - arrived)
                     if failure is None:
-                        yield ingest_pb2.Ack(sequence=seq, status=status, samples=samples)
+                        yield ack
+                elif kind == "refused":
+                    # Stored nothing and never will: refuse it like an invalid batch (the
+                    # agent sets it aside); the batches before it are acked as they finish.
+                    pending -= 1
+                    stop_reading.set()
+                    store_refused = True
+                    if rejection is None or event[1] < rejection[0]:
+                        rejection = (event[1], event[2])
                 elif kind == "error":
                     pending -= 1
                     stop_reading.set()

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from agent import signals
 from agent.collectors._common import Record, WarnOnce, event
+from agent.limits import MAX_EVENT_TEXT_CHARS, clean_text, decode_output
 from agent.parsers.kernel import BOOT, Xid, gpu_announcement, normalize_pci, parse_xid
 
 log = logging.getLogger(__name__)
@@ -126,7 +127,7 @@ class KmsgCollector:
             if not raw or raw[:1] == b" ":
                 continue  # kmsg continuation lines (" SUBSYSTEM=pci", " DEVICE=+pci:…")
             self.lines_read += 1
-            line = raw.decode("utf-8", errors="replace")
+            line = clean_text(decode_output(raw), MAX_EVENT_TEXT_CHARS)
             rec = self.record_for(line, now)
             if rec is not None:
                 out.append(rec)

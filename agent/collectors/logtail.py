@@ -10,6 +10,8 @@ its path: `job`, `rank`, `local_rank`, `pid`), plus, when the training parser un
 - `rank`: from a launcher prefix (`[rank3]:`, `3: `) when the path did not say;
 - `file`: the path the line was read from.
 Lines the parser does not know are kept all the same, without `parsed`.
+Each line is cleaned before it is parsed (agent/limits.py): invalid UTF-8 and NUL bytes become
+U+FFFD, and a line over the limit keeps its last `\\r` redraw or is truncated with a marker.
 
 Rotation: the collector holds each file open and compares the path's inode with the open one on
 every collect. Rename-and-create (logrotate's default): the old file is read to its end first
@@ -33,6 +35,7 @@ from typing import IO, Any
 
 from agent import signals
 from agent.collectors._common import Record, WarnOnce
+from agent.limits import clean_line, decode_output
 from agent.parsers.training import LogParser
 
 log = logging.getLogger(__name__)
@@ -247,7 +250,7 @@ class LogTailCollector:
     def _emit(self, tailed: _Tailed, raw: bytes, now: float, out: list[Record]) -> None:
         if raw.endswith(b"\r"):
             raw = raw[:-1]
-        line = raw.decode("utf-8", errors="replace")
+        line = clean_line(decode_output(raw))
         spec = tailed.spec
         rec: Record = {"type": "log", "ts": now, "line": line, "stream": spec.stream}
         rec.update(spec.identity())

@@ -46,6 +46,7 @@ from typing import IO, Any
 
 from agent import signals as names
 from agent.collectors.identity import identity_from_own_environment
+from agent.limits import clean_line, decode_output
 
 log = logging.getLogger(__name__)
 
@@ -152,7 +153,7 @@ class _Recorder:
     def log_record(self, ts: float, stream: str, raw: bytes) -> Record:
         if raw.endswith(b"\r"):
             raw = raw[:-1]
-        line = raw.decode("utf-8", errors="replace")
+        line = clean_line(decode_output(raw))  # NUL, bad UTF-8, long lines: agent/limits.py
         rec: Record = {"type": "log", "ts": ts, "line": line, "stream": stream, **self.base}
         if self._parser_cls is not None:
             parser = self.parsers.get(stream)

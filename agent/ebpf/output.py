@@ -31,6 +31,7 @@ from agent import signals
 from agent.collectors._common import Record, WarnOnce
 from agent.ebpf import bpfsys, discovery
 from agent.ebpf.loader import WRITE_PROGRAM, LoadedProgram, load_in_child, load_or_explain
+from agent.limits import clean_line, decode_output
 
 log = logging.getLogger(__name__)
 
@@ -215,7 +216,7 @@ class OutputCapture:
         record: Record = {
             "type": "log",
             "ts": ts,
-            "line": line.decode("utf-8", "replace"),
+            "line": clean_line(decode_output(line)),
             "stream": STREAMS.get(fd, str(fd)),
             signals.NODE: self.node,
             signals.PID: pid,

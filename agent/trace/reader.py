@@ -5,6 +5,11 @@ time, so memory stays constant whatever the trace's size. Every line is checked 
 rules; a malformed line is reported as a `Problem` with its 1-based line number and skipped,
 and reading goes on. A gzip stream cut short (a crash while writing) is reported once, after
 the last complete line, and ends the reading.
+
+A valid record that breaks a limit of agent/limits.py (a NUL character, a 26 KB line, a GPU id
+over 96 characters, …) is reported as a `Problem` with its line number too, but it is not
+skipped: it is cleaned (`records.clean_record`, the same rules the agent cleans to and ingest
+checks) and read on — so `proof-agent validate` names it and `proof replay` sends it cleaned.
 """
 
 from __future__ import annotations
@@ -23,7 +28,14 @@ try:  # 7x faster than json.loads on trace lines; strict JSON too (NaN is an err
 except ImportError:  # pragma: no cover - orjson is a base dependency; json is the fallback
     from json import loads as _loads  # type: ignore[assignment]
 
-from agent.trace.records import TYPE_META, Record, check_meta, check_record, from_dict
+from agent.trace.records import (
+    TYPE_META,
+    Record,
+    check_meta,
+    check_record,
+    clean_record,
+    from_dict,
+)
 
 GZIP_MAGIC = b"\x1f\x8b"
 MAX_KEPT_PROBLEMS = 1000  # beyond this only the count grows: a garbage file must not eat memory
@@ -151,6 +163,8 @@ class TraceReader:
                             )
                             continue
                         last_ts = ts
+                    for message in clean_record(obj):
+                        self._problem(lineno, message)
                     self.counts[obj["type"]] += 1
                     yield obj
             except (EOFError, zlib.error, gzip.BadGzipFile) as exc:

@@ -8,11 +8,13 @@ trace passes through the agent without losing anything.
 
 from __future__ import annotations
 
+import json
 import math
+import shlex
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from agent import signals
+from agent import limits, signals
 
 FORMAT = "proof-trace"
 VERSION = 1
@@ -307,3 +309,119 @@ def from_dict(obj: dict[str, Any]) -> Record | None:
     if extra is not None:
         kwargs["extra"] = extra
     return cls(**kwargs)  # type: ignore[return-value]
+
+
+# --- Limits (agent/limits.py): what the reader reports and cleans ----------------------------
+
+_ID_LIMITS: tuple[tuple[str, int], ...] = (
+    (signals.NODE, limits.MAX_NODE_CHARS),
+    (signals.GPU, limits.MAX_GPU_CHARS),
+    (signals.JOB, limits.MAX_JOB_CHARS),
+)
+# type -> ((key, limit, how it is cleaned), ...): "id" identifiers, "text" free text,
+# "line" output lines.
+_FIELD_LIMITS: dict[str, tuple[tuple[str, int, str], ...]] = {
+    TYPE_SAMPLE: (("name", limits.MAX_SIGNAL_NAME_CHARS, "id"),),
+    TYPE_EVENT: (
+        ("name", limits.MAX_EVENT_NAME_CHARS, "id"),
+        ("text", limits.MAX_EVENT_TEXT_CHARS, "text"),
+    ),
+    TYPE_LOG: (
+        ("line", limits.MAX_LOG_LINE_CHARS, "line"),
+        ("stream", limits.MAX_STREAM_CHARS, "id"),
+    ),
+    TYPE_PROCESS: (("cmd", limits.MAX_CMD_CHARS, "text"),),
+    TYPE_EXIT: (),
+    TYPE_JOB: (
+        ("kind", limits.MAX_JOB_KIND_CHARS, "text"),
+        ("name", limits.MAX_JOB_NAME_CHARS, "text"),
+        ("scheduler", limits.MAX_SCHEDULER_CHARS, "text"),
+        ("state", limits.MAX_JOB_KIND_CHARS, "text"),
+        ("rerun_of", limits.MAX_JOB_CHARS, "id"),
+        # Scheduler attributes (agent.transport.encode.JOB_ATTRIBUTES) travel as job attributes.
+        ("slurm_account", limits.MAX_ATTRIBUTE_VALUE_CHARS, "id"),
+        ("slurm_partition", limits.MAX_ATTRIBUTE_VALUE_CHARS, "id"),
+        ("slurm_user", limits.MAX_ATTRIBUTE_VALUE_CHARS, "id"),
+        ("k8s_namespace", limits.MAX_ATTRIBUTE_VALUE_CHARS, "id"),
+    ),
+}
+_CLEANERS = {
+    "id": limits.clean_identifier,
+    "text": limits.clean_text,
+    "line": limits.clean_line,
+}
+
+
+def _over(value: Any, limit: int) -> bool:
+    return type(value) is str and (len(value) > limit or "\x00" in value)
+
+
+def clean_record(obj: dict[str, Any]) -> list[str]:
+    """Clean a valid record (`check_record` passed) to the limits of agent/limits.py, in place;
+    returns one message per field that broke one (empty for a clean record: the usual case,
+    a few C-level string scans). The same limits the agent cleans to and ingest checks."""
+    rtype = obj.get("type")
+    fields = _FIELD_LIMITS.get(rtype)  # type: ignore[arg-type]
+    if fields is None:
+        return []
+    found: list[str] = []
+    for key, limit in _ID_LIMITS:
+        value = obj.get(key)
+        if _over(value, limit):
+            found.append(_fix(obj, key, limit, "id", f"identity key {key!r}"))
+    for key, limit, how in fields:
+        value = obj.get(key)
+        if _over(value, limit):
+            found.append(_fix(obj, key, limit, how, f"{rtype} record: {key!r}"))
+        elif type(value) is list and key == "cmd":
+            found.extend(_fix_cmd(obj, value))
+    labels = obj.get(_LABELS)
+    if type(labels) is dict and labels:
+        problem = limits.labels_problem(labels)
+        if problem is not None:
+            obj[_LABELS] = limits.clean_labels(labels)
+            found.append(f"'labels': {problem[1]} (cleaned)")
+    if rtype == TYPE_JOB:
+        found.extend(_fix_job(obj))
+    return found
+
+
+def _fix(obj: dict[str, Any], key: str, limit: int, how: str, what: str) -> str:
+    value = obj[key]
+    problem = limits.text_problem(value, limit)
+    obj[key] = _CLEANERS[how](value, limit)
+    detail = problem[1] if problem is not None else "cleaned"
+    return f"{what}: {detail} (cleaned to {len(obj[key])} characters)"
+
+
+def _fix_cmd(obj: dict[str, Any], cmd: list[Any]) -> list[str]:
+    if not any(type(a) is str and "\x00" in a for a in cmd) and (
+        sum(len(a) + 1 for a in cmd if type(a) is str) <= limits.MAX_CMD_CHARS
+    ):
+        return []
+    joined = shlex.join(limits.clean_chars(str(a)) for a in cmd)
+    obj["cmd"] = limits.clean_text(joined, limits.MAX_CMD_CHARS)
+    return [f"process record: 'cmd' breaks the limits (cleaned to {len(obj['cmd'])} characters)"]
+
+
+def _fix_job(obj: dict[str, Any]) -> list[str]:
+    found: list[str] = []
+    nodes = obj.get("nodes")
+    if type(nodes) is list and (
+        len(nodes) > limits.MAX_JOB_NODES or any(_over(n, limits.MAX_NODE_CHARS) for n in nodes)
+    ):
+        obj["nodes"] = [
+            limits.clean_identifier(n, limits.MAX_NODE_CHARS) if type(n) is str else n
+            for n in nodes[: limits.MAX_JOB_NODES]
+        ]
+        found.append(f"job record: 'nodes' breaks the limits ({len(nodes)} nodes; cleaned)")
+    config = obj.get("config")
+    if type(config) is dict and config:
+        text = limits.config_json(config)
+        raw = json.dumps(config, sort_keys=True, default=str)
+        if text != raw:
+            obj["config"] = json.loads(text)
+            problem = limits.config_problem(raw)
+            detail = problem[1] if problem is not None else "holds characters that cannot be stored"
+            found.append(f"job record: 'config': {detail} (cleaned)")
+    return found

@@ -4,8 +4,14 @@
 `window` batches in flight (a full window blocks `send`, which is how server backpressure
 reaches the agent), and when a stream breaks it opens a new one and resends every unacked
 batch in sequence order — the server stores each (agent id, sequence) once, so a resend after
-a lost ack is harmless. A batch the server rejects as invalid is dropped and reported (it
-would be rejected again); everything else is retried until `close()` gives up.
+a lost ack is harmless. A batch the server refuses (INVALID_ARGUMENT naming its sequence: it
+would be refused again) leaves the window at once, is reported through `on_reject(seq, reason,
+bytes)` — the sink keeps it in its dead letter — and the rest flows on; everything else is
+retried until `close()` gives up, after a backoff that grows with the failures of the oldest
+unacked batch (acks of the batches before it do not reset it, so a batch that keeps failing is
+not resent in a tight loop). `stats` counts every send. An ack that says records of the batch
+were refused alone (the rest stored) is counted in `stats.records_refused` and logged once a
+minute at most.
 """
 
 from __future__ import annotations
@@ -81,6 +87,14 @@ class SenderStats:
     rejected: list[tuple[int, str]] = field(default_factory=list)
     reconnects: int = 0
     ack_latencies: list[float] = field(default_factory=list)
+    sends: int = 0  # batches put on a stream, first sends and resends
+    resends: int = 0
+    max_attempts: int = 0  # the most sends one batch needed before its ack or refusal
+    records_refused: int = 0  # records ingest refused alone (their batches were stored)
+    samples_refused: int = 0
+
+
+REFUSED_LOG_INTERVAL_S = 60.0
 
 
 class RejectedBatch(Exception):
@@ -99,7 +113,7 @@ class BatchSender:
         retry_delay: float = 0.5,
         max_retry_delay: float = 60.0,
         on_ack: Callable[[Any], None] | None = None,
-        on_reject: Callable[[int, str], None] | None = None,
+        on_reject: Callable[[int, str, bytes], None] | None = None,
         keep_latencies: bool = True,
     ) -> None:
         self.stub = ingest_pb2_grpc.IngestStub(channel)
@@ -124,6 +138,9 @@ class BatchSender:
         # One outbox per stream: a broken stream's request generator may still be blocked on
         # its queue, and must not swallow batches meant for the next stream.
         self._outbox: queue.Queue[Any] = queue.Queue()
+        self._attempts: dict[int, int] = {}  # sequence -> sends so far (unacked batches)
+        self._head: int | None = None  # the oldest unacked batch when the stream opened
+        self._refused_logged_at = -1e18
         self._closed = False
         self._fatal: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="proof-sender", daemon=True)
@@ -190,12 +207,27 @@ class BatchSender:
 
     # --- the delivery thread ------------------------------------------------------------------
 
+    def _count_send(self, batch: Any) -> None:
+        with self._lock:
+            n = self._attempts.get(batch.sequence, 0) + 1
+            self._attempts[batch.sequence] = n
+            self.stats.sends += 1
+            if n > 1:
+                self.stats.resends += 1
+
+    def _finish_attempts(self, sequence: int) -> None:
+        n = self._attempts.pop(sequence, 0)
+        self.stats.max_attempts = max(self.stats.max_attempts, n)
+
     def _requests(self, first: list[Any], outbox: queue.Queue[Any]) -> Iterator[Any]:
-        yield from first
+        for item in first:
+            self._count_send(item)
+            yield item
         while True:
             item = outbox.get()
             if item is _END:
                 return
+            self._count_send(item)
             yield item
 
     def _run(self) -> None:
@@ -206,6 +238,7 @@ class BatchSender:
                 self._outbox.put(_END)  # release the previous stream's generator, if any
                 self._outbox = queue.Queue()
                 resend = [self._unacked[s][0] for s in sorted(self._unacked)]
+                self._head = min(self._unacked) if self._unacked else None
                 now = time.monotonic()
                 for s in self._unacked:
                     self._unacked[s] = (self._unacked[s][0], now)
@@ -213,13 +246,20 @@ class BatchSender:
             call = self._stream(self._requests(resend, outbox), metadata=self.metadata)
             try:
                 for ack in call:
-                    self._failures = 0
+                    if self._head is None or ack.sequence >= self._head:
+                        # The oldest batch got through: the next failure starts the backoff
+                        # over. Acks of batches after a failing one do not count.
+                        self._failures = 0
                     self._acked(ack)
                 time.sleep(self.retry_delay)  # the server ended the stream: reopen it
             except grpc.RpcError as exc:
-                if not self._handle_error(exc):
+                refused = self._handle_error(exc)
+                if refused is None:
                     return
-                self._backoff()
+                if refused:
+                    time.sleep(min(self.retry_delay, 0.1))  # no failure: the rest flows on
+                else:
+                    self._backoff()
 
     def _backoff(self) -> None:
         """Wait before reconnecting: exponential in the consecutive failures, capped at
@@ -238,7 +278,10 @@ class BatchSender:
         with self._lock:
             entry = self._unacked.pop(ack.sequence, None)
             if entry is not None:
+                self._finish_attempts(ack.sequence)
                 self.stats.acked += 1
+                if ack.rejected_records:
+                    self._note_refused_records(ack)
                 if ack.status == ingest_pb2.Ack.DUPLICATE:
                     self.stats.duplicates += 1
                 if self.keep_latencies:
@@ -247,8 +290,29 @@ class BatchSender:
         if self.on_ack is not None:
             self.on_ack(ack)
 
-    def _handle_error(self, exc: grpc.RpcError) -> bool:
-        """True to reconnect and resend, False to stop."""
+    def _note_refused_records(self, ack: Any) -> None:
+        """Called with the lock held: count the records ingest refused alone; log it at most
+        once per REFUSED_LOG_INTERVAL_S."""
+        self.stats.records_refused += int(ack.rejected_records)
+        self.stats.samples_refused += int(ack.rejected_samples)
+        now = time.monotonic()
+        if now - self._refused_logged_at < REFUSED_LOG_INTERVAL_S:
+            return
+        self._refused_logged_at = now
+        first = ack.rejections[0] if ack.rejections else None
+        log.warning(
+            "ingest stored batch %s but refused %d of its records (%d samples)%s; "
+            "%d refused since start",
+            ack.sequence,
+            ack.rejected_records,
+            ack.rejected_samples,
+            f": {first.kind} {first.index}: {first.message}" if first is not None else "",
+            self.stats.records_refused,
+        )
+
+    def _handle_error(self, exc: grpc.RpcError) -> bool | None:
+        """True: a batch was refused, reconnect at once; False: reconnect after the backoff;
+        None: stop."""
         code = exc.code() if hasattr(exc, "code") else None
         details = exc.details() if hasattr(exc, "details") else str(exc)
         if code == grpc.StatusCode.INVALID_ARGUMENT:
@@ -256,9 +320,11 @@ class BatchSender:
             for key, value in exc.trailing_metadata() or ():  # type: ignore[attr-defined]
                 if key == REJECTED_SEQUENCE_KEY:
                     seq = int(value)
+            refused: Any = None
             with self._lock:
                 if seq is not None and seq in self._unacked:
-                    del self._unacked[seq]
+                    refused = self._unacked.pop(seq)[0]
+                    self._finish_attempts(seq)
                     self.stats.rejected.append((seq, str(details)))
                     log.error("ingest rejected batch %s: %s", seq, details)
                     self._lock.notify_all()
@@ -266,17 +332,17 @@ class BatchSender:
                 with self._lock:
                     self._fatal = ValueError(f"ingest refused the stream: {details}")
                     self._lock.notify_all()
-                return False
-            if self.on_reject is not None:
-                self.on_reject(seq, str(details))
+                return None
+            if self.on_reject is not None and refused is not None:
+                self.on_reject(seq, str(details), _serialize_batch(refused))
             return True
         if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
             with self._lock:
                 self._fatal = PermissionError(f"ingest refused the agent token: {details}")
                 self._lock.notify_all()
-            return False
+            return None
         if self._closed:
-            return False
+            return None
         self.stats.reconnects += 1
         log.warning("ingest stream broke (%s: %s); reconnecting", code, details)
-        return True
+        return False

@@ -3,7 +3,15 @@
 Strings (names, identity values, label keys and values) go into one dictionary per batch and
 are referenced by index; the samples of each series are packed into the batch's columnar
 `ts_ms`/`values` arrays. A non-finite reading is dropped here and counted (`dropped`) — the
-server would refuse the whole batch over it.
+server would refuse it.
+
+The builder is the choke point every record bound for ingest passes (the agent's sink, `proof
+replay`, the benchmarks), so it is where the agent cleans to the limits of agent/limits.py
+(NUL and lone surrogates replaced, long lines and texts truncated with a marker, long ids cut
+with a hash, labels capped, oversized configs replaced): what it sends is never refused for a
+limit. Cleaning costs nothing on the sample hot path — a series is cleaned once, when the
+builder first sees it — and a few C-level string scans per log/event/job record.
+`clean=False` sends records as they are (tests that play an older or foreign agent).
 """
 
 from __future__ import annotations
@@ -16,12 +24,19 @@ from typing import Any
 
 import numpy as np
 
-from agent import signals
+from agent import limits, signals
 from agent.wire import ingest_pb2
 
 # Scheduler attributes that operators' customer-mapping rules match on.
 JOB_ATTRIBUTES = ("slurm_account", "slurm_partition", "slurm_user", "k8s_namespace")
 _INT_IDENTITY = (signals.GPU_INDEX, signals.PID, signals.RANK, signals.LOCAL_RANK)
+_JOB_TEXT_LIMITS = (
+    ("kind", limits.MAX_JOB_KIND_CHARS),
+    ("name", limits.MAX_JOB_NAME_CHARS),
+    ("scheduler", limits.MAX_SCHEDULER_CHARS),
+    ("state", limits.MAX_JOB_KIND_CHARS),
+    ("rerun_of", limits.MAX_JOB_CHARS),
+)
 
 
 def _as_dict(record: Any) -> Mapping[str, Any]:
@@ -80,8 +95,10 @@ class BatchBuilder:
         max_strings: int = 20_000,
         max_string_bytes: int = 1 << 20,
         max_series: int = 20_000,
+        clean: bool = True,
     ) -> None:
         self.agent_id = agent_id
+        self.clean = clean
         self.generation_batches = generation_batches
         self.max_strings = max_strings
         self.max_string_bytes = max_string_bytes
@@ -121,10 +138,20 @@ class BatchBuilder:
             index = self._strings[text] = len(self._strings)
         return index
 
+    def _id(self, value: Any, limit: int) -> Any:
+        """An identifier as it goes on the wire: cleaned to `limit` (agent/limits.py)."""
+        if value is None or value == "" or not self.clean:
+            return value
+        return limits.clean_identifier(str(value), limit)
+
+    def _text(self, value: Any, limit: int) -> str:
+        text = "" if value is None else str(value)
+        return limits.clean_text(text, limit) if self.clean else text
+
     def _identity(self, ident: Any, rec: Mapping[str, Any], with_step: bool = True) -> None:
-        ident.node = self._s(rec.get(signals.NODE))
-        ident.gpu = self._s(rec.get(signals.GPU))
-        ident.job = self._s(rec.get(signals.JOB))
+        ident.node = self._s(self._id(rec.get(signals.NODE), limits.MAX_NODE_CHARS))
+        ident.gpu = self._s(self._id(rec.get(signals.GPU), limits.MAX_GPU_CHARS))
+        ident.job = self._s(self._id(rec.get(signals.JOB), limits.MAX_JOB_CHARS))
         for key in _INT_IDENTITY:
             value = rec.get(key)
             if value is not None:
@@ -134,6 +161,8 @@ class BatchBuilder:
 
     def _labels(self, labels: Mapping[str, Any] | None) -> list[int]:
         out: list[int] = []
+        if labels and self.clean:
+            labels = limits.clean_labels(labels)
         for key in sorted(labels or ()):
             out += [self._s(key), self._s(labels[key])]  # type: ignore[index]
         return out
@@ -153,7 +182,9 @@ class BatchBuilder:
     def _new_series(
         self, key: tuple[Any, ...], name: str, rec: Mapping[str, Any], labels: Any
     ) -> int:
-        sd = ingest_pb2.SeriesDef(name=self._s(name), labels=self._labels(labels))
+        sd = ingest_pb2.SeriesDef(
+            name=self._s(self._id(name, limits.MAX_SIGNAL_NAME_CHARS)), labels=self._labels(labels)
+        )
         # `step` is not part of a series' identity: it changes every iteration.
         self._identity(sd.identity, rec, with_step=False)
         index = self._series[key] = len(self._series_entries)
@@ -198,15 +229,19 @@ class BatchBuilder:
         ts_us = round(float(rec["ts"]) * 1e6)
         batch = self._batch
         if rtype == "log":
-            msg = batch.logs.add(ts_us=ts_us, line=str(rec["line"]))
-            msg.stream = self._s(rec.get("stream"))
+            line = str(rec["line"])
+            if self.clean:
+                line = limits.clean_line(line)
+            msg = batch.logs.add(ts_us=ts_us, line=line)
+            msg.stream = self._s(self._id(rec.get("stream"), limits.MAX_STREAM_CHARS))
             self._identity(msg.identity, rec)
         elif rtype == "event":
-            msg = batch.events.add(ts_us=ts_us, name=self._s(rec["name"]))
+            name = self._id(rec["name"], limits.MAX_EVENT_NAME_CHARS)
+            msg = batch.events.add(ts_us=ts_us, name=self._s(name))
             event_value = rec.get("value")
             if event_value is not None and math.isfinite(float(event_value)):
                 msg.value = float(event_value)
-            msg.text = str(rec.get("text") or "")
+            msg.text = self._text(rec.get("text") or "", limits.MAX_EVENT_TEXT_CHARS)
             msg.labels.extend(self._labels(rec.get("labels")))
             self._identity(msg.identity, rec)
         elif rtype == "process":
@@ -215,7 +250,8 @@ class BatchBuilder:
             if rec.get("world_size") is not None:
                 msg.world_size = int(rec["world_size"])
             cmd = rec.get("cmd")
-            msg.cmd = shlex.join(cmd) if isinstance(cmd, list) else str(cmd or "")
+            cmd_text = shlex.join(cmd) if isinstance(cmd, list) else str(cmd or "")
+            msg.cmd = self._text(cmd_text, limits.MAX_CMD_CHARS)
         elif rtype == "exit":
             msg = batch.exits.add(ts_us=ts_us, exit_code=int(rec["exit_code"]))
             self._identity(msg.identity, rec)
@@ -226,23 +262,35 @@ class BatchBuilder:
         self.records += 1
 
     def _add_job(self, ts_us: int, rec: Mapping[str, Any]) -> None:
-        msg = self._batch.jobs.add(ts_us=ts_us, job=self._s(rec["job"]))
-        for key in ("kind", "name", "scheduler", "state", "rerun_of"):
+        msg = self._batch.jobs.add(
+            ts_us=ts_us, job=self._s(self._id(rec["job"], limits.MAX_JOB_CHARS))
+        )
+        for key, limit in _JOB_TEXT_LIMITS:
             if rec.get(key):
-                setattr(msg, key, str(rec[key]))
+                setattr(msg, key, self._text(rec[key], limit))
         nodes = rec.get("nodes")
+        attributes: dict[str, str] = {}
         if isinstance(nodes, list):
-            msg.nodes.extend(self._s(n) for n in nodes)
+            if self.clean:
+                nodes = nodes[: limits.MAX_JOB_NODES]
+            msg.nodes.extend(self._s(self._id(n, limits.MAX_NODE_CHARS)) for n in nodes)
         elif nodes is not None:
-            msg.attributes["nodes"] = str(nodes)
+            attributes["nodes"] = str(nodes)
         for key in ("world_size", "exit_code"):
             if rec.get(key) is not None:
                 setattr(msg, key, int(rec[key]))
         if rec.get("config") is not None:
-            msg.config_json = json.dumps(rec["config"], sort_keys=True)
+            if self.clean:
+                msg.config_json = limits.config_json(rec["config"])
+            else:
+                msg.config_json = json.dumps(rec["config"], sort_keys=True)
         for key in JOB_ATTRIBUTES:
             if rec.get(key) is not None:
-                msg.attributes[key] = str(rec[key])
+                attributes[key] = str(rec[key])
+        if attributes:
+            if self.clean:
+                attributes = limits.clean_attributes(attributes) or {}
+            msg.attributes.update(attributes)
 
     def extend(self, records: Iterable[Any]) -> None:
         for record in records:

@@ -6,6 +6,12 @@ handed to a background thread that feeds the BatchSender. With a spool, batches 
 restarts and long ingest outages, and are removed from disk only once acked; the spool's
 sequence numbers never repeat, so they are the batches' sequence numbers. Without one, a
 bounded in-memory queue holds what is not yet sent (the oldest dropped, and counted, if full).
+
+A batch ingest refuses (INVALID_ARGUMENT: it would be refused again) goes to the dead letter
+(agent/spool.py `DeadLetter`, `<spool dir>/dead-letter/`): its bytes, the reason and the batch
+as a v1 trace; it leaves the spool's flow (the spool acks past it) and the batches after it go
+on. Each refusal is logged (one line, with the file) and reported to ingest as a
+`batch_refused` event in the next batch.
 """
 
 from __future__ import annotations
@@ -25,7 +31,9 @@ from typing import Any
 import grpc
 
 from agent import signals
+from agent.spool import DEAD_LETTER_DIR, DeadLetter
 from agent.transport.client import BatchSender, EncodedBatch, TlsConfig, open_channel
+from agent.transport.decode import write_trace
 from agent.transport.encode import BatchBuilder
 
 log = logging.getLogger(__name__)
@@ -43,10 +51,17 @@ class GrpcSink:
         first_sequence: int = 1,
         max_batch_samples: int = 50_000,
         max_memory_batches: int = 1000,
+        dead_letter: DeadLetter | None = None,
     ) -> None:
         self.sender = sender
         self.agent_id = agent_id
         self.spool = spool
+        if dead_letter is None:
+            directory = (
+                Path(spool.directory).parent / DEAD_LETTER_DIR if spool is not None else None
+            )
+            dead_letter = DeadLetter(directory, render=_render_dead_letter)
+        self.dead_letter = dead_letter
         self.builder = BatchBuilder(agent_id)
         self.max_batch_samples = max_batch_samples
         self.dropped_batches = 0
@@ -61,7 +76,7 @@ class GrpcSink:
         self._acked_through = 0
         self._last_sent = 0
         sender.on_ack = lambda ack: self._finished(int(ack.sequence))
-        sender.on_reject = lambda seq, _why: self._finished(seq)
+        sender.on_reject = self._refused
         self._thread = threading.Thread(target=self._pump, name="proof-sink", daemon=True)
         self._thread.start()
 
@@ -171,6 +186,41 @@ class GrpcSink:
                     return
                 self._last_sent = batch.sequence
 
+    def _refused(self, sequence: int, reason: str, data: bytes) -> None:
+        """Ingest refused batch `sequence`: keep it in the dead letter, say so (log line and a
+        `batch_refused` event in the next batch), and let the spool move past it."""
+        try:
+            path = self.dead_letter.add(sequence, data, reason, agent_id=self.agent_id)
+        except OSError as exc:
+            path = None
+            log.error("cannot write the dead letter of batch %s: %s", sequence, exc)
+        where = f"kept in {path}" if path is not None else "kept in memory"
+        log.error(
+            "ingest refused batch %s (%d bytes): %s; %s (dead letter, %d batch(es) so far)",
+            sequence,
+            len(data),
+            reason,
+            where,
+            self.dead_letter.added,
+        )
+        with self._lock:
+            self.builder.extend(
+                [
+                    {
+                        "type": "event",
+                        "ts": time.time(),
+                        "name": signals.EVENT_BATCH_REFUSED,
+                        "value": float(sequence),
+                        "text": f"ingest refused agent batch {sequence}: {reason}"[:2000],
+                        "labels": {
+                            "dead_letter_total": str(self.dead_letter.added),
+                            "bytes": str(len(data)),
+                        },
+                    }
+                ]
+            )
+        self._finished(sequence)
+
     def _finished(self, sequence: int) -> None:
         """An ack (or a rejection): advance the spool's cumulative ack over contiguous ones."""
         if self.spool is None:
@@ -185,6 +235,10 @@ class GrpcSink:
                 self._acked_through = through
                 if through > self.spool.acked_through:
                     self.spool.ack(through)
+
+
+def _render_dead_letter(path: Path, data: bytes, meta: dict[str, Any]) -> None:
+    write_trace(path, data, meta)
 
 
 def _agent_id(spool_dir: str | None, meta: dict[str, Any]) -> str:

@@ -150,7 +150,7 @@ def test_operator_a_agent_cannot_write_into_operator_b(server: IngestServer) -> 
     assert receipts(b.operator.pk, "b-agent") == [1] and receipts(a.operator.pk, "b-agent") == [1]
 
 
-def test_invalid_batch_ends_stream_with_invalid_argument_and_stores_nothing_of_it(
+def test_a_bad_record_is_refused_alone_and_an_unusable_batch_whole(
     server: IngestServer,
 ) -> None:
     tenant = make_tenant("srv-bad")
@@ -159,12 +159,20 @@ def test_invalid_batch_ends_stream_with_invalid_argument_and_stores_nothing_of_i
     bad = gpu_batch(agent_id="ag", sequence=2)
     bad.values[3] = float("nan")
     acks, error = stream_once(server.port, token, [good, bad, gpu_batch(agent_id="ag", sequence=3)])
-    assert [a.sequence for a in acks] == [1]
-    assert error is not None and error.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert "batch 2 rejected" in error.details() and "not finite" in error.details()
+    assert error is None
+    acks = sorted(acks, key=lambda a: a.sequence)  # two writers: acks may come out of order
+    assert [a.sequence for a in acks] == [1, 2, 3]
+    assert [a.rejected_records for a in acks] == [0, 1, 0]
+    assert acks[1].rejected_samples == 1 and acks[1].samples == 39
+    refused = acks[1].rejections[0]
+    assert (refused.kind, refused.index, refused.reason) == ("samples", 0, "non_finite")
+    assert "not finite" in refused.message
     future = gpu_batch(agent_id="ag", sequence=4, start=time.time() + 86400)
     acks, error = stream_once(server.port, token, [future])
-    assert error is not None and "outside the accepted window" in error.details()
+    assert error is not None and error.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert (
+        "batch 4 rejected" in error.details() and "outside the accepted window" in error.details()
+    )
     garbage_stub_error = None
     with grpc.insecure_channel(f"127.0.0.1:{server.port}") as channel:
         raw = channel.stream_stream("/proof.ingest.v1.Ingest/Stream")
@@ -180,9 +188,13 @@ def test_invalid_batch_ends_stream_with_invalid_argument_and_stores_nothing_of_i
     assert garbage_stub_error is not None
     assert garbage_stub_error.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "not a valid Batch" in (garbage_stub_error.details() or "")
-    assert receipts(tenant.operator.pk, "ag") == [1]
-    assert stored_samples(tenant.operator.pk) == 40
-    rejects = REGISTRY.get_sample_value("proof_ingest_rejects_total", {"reason": "non_finite"})
+    assert receipts(tenant.operator.pk, "ag") == [1, 2, 3]
+    assert stored_samples(tenant.operator.pk) == 40 + 39 + 40
+    refused_metric = REGISTRY.get_sample_value(
+        "proof_ingest_record_rejects_total", {"kind": "samples", "reason": "non_finite"}
+    )
+    assert refused_metric is not None and refused_metric >= 1
+    rejects = REGISTRY.get_sample_value("proof_ingest_rejects_total", {"reason": "out_of_window"})
     assert rejects is not None and rejects >= 1
 
 
