@@ -20,7 +20,7 @@ import gc
 import gzip
 import os
 import zlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -99,12 +99,14 @@ class ProcessInfo:
     first_ts: float
     exit_code: int | None = None
     exit_ts: float | None = None
+    world_size: int | None = None
 
 
 @dataclass
 class JobMeta:
     job: str
     kind: str = "training"
+    kind_recorded: bool = False  # a job record said the kind (else `kind` is the default)
     name: str = ""
     nodes: list[str] = field(default_factory=list)
     world_size: int | None = None
@@ -188,36 +190,60 @@ class TraceStore:
 
         `progress(bytes_read, total_bytes)` is called every ~200k records (compressed bytes for a
         gzip trace, so the fraction is right for both)."""
+        return cls.from_traces(
+            [path],
+            progress=progress,
+            on_problem=None if on_problem is None else (lambda _path, p: on_problem(p)),
+        )
+
+    @classmethod
+    def from_traces(
+        cls,
+        paths: Sequence[str | os.PathLike[str]],
+        *,
+        progress: Callable[[int, int], None] | None = None,
+        on_problem: Callable[[str, Problem], None] | None = None,
+    ) -> TraceStore:
+        """Several trace files read as one — the per-rank traces of one run, say: each file
+        by `from_trace`'s rules (its own line numbers and ts order; the first file's meta),
+        their records indexed together. `on_problem(path, problem)`."""
         store = cls()
+        total = sum(os.path.getsize(p) for p in paths)
+        cols: dict[tuple[Any, ...], tuple[list[float], list[float]]] = {}
+        where: dict[str, Any] = {"done": 0, "raw": None}
 
-        def problem(p: Problem) -> None:
-            store.problem_count += 1
-            if len(store.problems) < 1000:
-                store.problems.append(p)
-            if on_problem is not None:
-                on_problem(p)
+        def records() -> Iterator[dict[str, Any]]:
+            for i, path in enumerate(paths):
 
-        with open_trace_bytes(path) as fh:
-            raw = getattr(fh, "fileobj", None) or fh  # compressed position for progress
-            total = os.path.getsize(path)
+                def problem(p: Problem, path: str = str(path)) -> None:
+                    store.problem_count += 1
+                    if len(store.problems) < 1000:
+                        store.problems.append(p)
+                    if on_problem is not None:
+                        on_problem(path, p)
 
-            def tick(_n: int) -> None:
-                if progress is not None:
-                    with contextlib.suppress(OSError, ValueError):
-                        progress(raw.tell(), total)
+                meta = store.meta
+                with open_trace_bytes(path) as fh:
+                    where["raw"] = getattr(fh, "fileobj", None) or fh  # compressed position
+                    yield from _fast_records(fh, store, problem, cols)
+                if i:
+                    store.meta = meta
+                where["done"] += os.path.getsize(path)
 
-            cols: dict[tuple[Any, ...], tuple[list[float], list[float]]] = {}
-            # Millions of short-lived record dicts would trigger the cyclic GC over and over
-            # (measured: 3x the parse time); records hold no cycles, so it is off while loading.
-            was_enabled = gc.isenabled()
-            gc.disable()
-            try:
-                store._load(
-                    _fast_records(fh, store, problem, cols), tick if progress else None, cols
-                )
-            finally:
-                if was_enabled:
-                    gc.enable()
+        def tick(_n: int) -> None:
+            if progress is not None and where["raw"] is not None:
+                with contextlib.suppress(OSError, ValueError):
+                    progress(min(total, where["done"] + where["raw"].tell()), total)
+
+        # Millions of short-lived record dicts would trigger the cyclic GC over and over
+        # (measured: 3x the parse time); records hold no cycles, so it is off while loading.
+        was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            store._load(records(), tick if progress else None, cols, resort=len(paths) > 1)
+        finally:
+            if was_enabled:
+                gc.enable()
         if progress is not None:
             progress(total, total)
         return store
@@ -236,9 +262,12 @@ class TraceStore:
         records: Iterable[dict[str, Any]],
         tick: Callable[[int], None] | None,
         cols: dict[tuple[Any, ...], tuple[list[float], list[float]]] | None = None,
+        *,
+        resort: bool = False,
     ) -> None:
         """Index records; samples either come through `records` or were already grouped into
-        `cols` by the fast trace reader (same key layout, normalised below)."""
+        `cols` by the fast trace reader (same key layout, normalised below). `resort`: a
+        series may come in pieces out of time order (several files)."""
         cols = {} if cols is None else cols
         lo, hi = float("inf"), float("-inf")
         n = 0
@@ -304,6 +333,9 @@ class TraceStore:
             name, node, gpu, gidx, pid, job, rank, labels = series_key
             ts_arr = np.asarray(tss, dtype=np.float64)
             val_arr = np.asarray(vals, dtype=np.float64)
+            if resort and len(ts_arr) > 1 and bool(np.any(np.diff(ts_arr) < 0)):
+                order = np.argsort(ts_arr, kind="stable")
+                ts_arr, val_arr = ts_arr[order], val_arr[order]
             if len(ts_arr):
                 lo, hi = min(lo, float(ts_arr[0])), max(hi, float(ts_arr[-1]))
             info = SeriesInfo(name, node, gpu, gidx, pid, job, rank, labels)
@@ -335,6 +367,8 @@ class TraceStore:
         for key in ("kind", "name", "state"):
             if isinstance(rec.get(key), str):
                 setattr(meta, key, rec[key])
+        if isinstance(rec.get("kind"), str):
+            meta.kind_recorded = True
         if isinstance(rec.get("nodes"), list):
             meta.nodes = [str(n) for n in rec["nodes"]]
         if isinstance(rec.get("world_size"), int):
@@ -362,9 +396,10 @@ class TraceStore:
                 gpu_index=rec.get("gpu_index"),
                 cmd=rec.get("cmd") or "",
                 first_ts=rec["ts"],
+                world_size=rec.get("world_size"),
             )
         else:
-            for attr in ("rank", "local_rank", "gpu", "gpu_index", "cmd"):
+            for attr in ("rank", "local_rank", "gpu", "gpu_index", "cmd", "world_size"):
                 if rec.get(attr) not in (None, "") and getattr(proc, attr) in (None, ""):
                     setattr(proc, attr, rec[attr])
             if not proc.job and rec.get("job"):

@@ -26,6 +26,22 @@ sent to `exec` are forwarded to the command; SIGINT too, except when stdin is a 
 
 Python commands get PYTHONUNBUFFERED=1 (unless set, or --keep-buffering) so their lines are
 not held back in a pipe buffer.
+
+Every run is a job. The job id comes from the environment as the node agent's identity
+collector derives it (agent/collectors/identity.py; docs/agent.md "Job ids"): Slurm's, a
+torchrun run's, a pod's — or, with none of those, exec's own, `exec-<node>-<pid>-<start>-<boot>`
+(this process's pid and start time in clock ticks, the kernel boot id), with `job` records for
+its start and its end (state and exit code). The command gets `PROOF_JOB_ID` and
+`PROOF_JOB_SCHEDULER` in its environment, so everything under it — torchrun's workers included —
+is the same job to the node agent. A command that is a single process is rank 0 of 1; a launcher
+(torchrun, mpirun, deepspeed, …, or anything that turns out to start processes with ranks of
+their own) has its ranks found under it in /proc and recorded as `process` records (pid, rank,
+local rank, world size) and `exit`/`process_gone` when they end.
+
+`--out` may name `{rank}`, `{local_rank}`, `{node}`, `{pid}` and `{job}`; a rank of a world
+larger than one that names no `{rank}` writes `NAME.rank<N>.jsonl` instead of NAME.jsonl, so
+the ranks of `torchrun --no-python proof-agent exec --out run.jsonl -- …` do not write over each
+other (`proof analyze run.rank*.jsonl` reads them together).
 """
 
 from __future__ import annotations
@@ -45,7 +61,19 @@ from pathlib import Path
 from typing import IO, Any
 
 from agent import signals as names
-from agent.collectors.identity import identity_from_own_environment
+from agent.collectors.identity import (
+    ENV_JOB_ID,
+    ENV_JOB_SCHEDULER,
+    RANK_VARS,
+    SCHEDULER_EXEC,
+    IdentityCollector,
+    ProcessIdentity,
+    _first_int,
+    identity_from_own_environment,
+    inference_server,
+    parse_environ,
+    read_stat,
+)
 from agent.limits import clean_line, decode_output
 
 log = logging.getLogger(__name__)
@@ -63,6 +91,15 @@ MAX_LINE = 64 * 1024  # a "line" without a newline past this is recorded in piec
 READ_SIZE = 64 * 1024
 Record = dict[str, Any]
 _NOTHING = object()
+# Commands that start the job's ranks rather than being one (their output is the ranks', unranked).
+LAUNCHERS = frozenset(
+    ("torchrun", "mpirun", "mpiexec", "deepspeed", "accelerate", "horovodrun", "srun", "prterun")
+)
+LAUNCHER_MODULES = frozenset(
+    ("torch.distributed.run", "torch.distributed.launch", "deepspeed.launcher.runner")
+)
+RANK_SCAN_FAST_S = 1.0  # how often to look for ranks under a launcher, for the first minute
+RANK_SCAN_SLOW_S = 5.0  # and after it (elastic restarts start new ranks)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -81,11 +118,43 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD [ARGS…]")
 
 
-def _open_sink(args: argparse.Namespace, node: str, meta: dict[str, Any]) -> Any:
+def is_launcher(command: list[str]) -> bool:
+    """Whether `command` starts ranks (torchrun, mpirun, `python -m torch.distributed.run`, …)."""
+    if not command:
+        return False
+    name = os.path.basename(command[0])
+    if name in LAUNCHERS:
+        return True
+    if name.startswith("python") and "-m" in command[:-1]:
+        return command[command.index("-m") + 1] in LAUNCHER_MODULES
+    return False
+
+
+def out_path(template: str, ident: ProcessIdentity, node: str) -> str:
+    """`--out` with its placeholders filled; a rank of a world larger than one gets its own
+    file even when the template does not say so."""
+    values = {
+        "rank": "" if ident.rank is None else str(ident.rank),
+        "local_rank": "" if ident.local_rank is None else str(ident.local_rank),
+        "node": node,
+        "pid": str(os.getpid()),
+        "job": ident.job or "",
+    }
+    path = template
+    for key, value in values.items():
+        path = path.replace("{" + key + "}", value)
+    if "{rank}" not in template and ident.rank is not None and (ident.world_size or 1) > 1:
+        head, tail = os.path.split(path)
+        stem, dot, ext = tail.partition(".")
+        path = os.path.join(head, f"{stem}.rank{ident.rank}{dot}{ext}")
+    return path
+
+
+def _open_sink(args: argparse.Namespace, node: str, meta: dict[str, Any], out: str | None) -> Any:
     from agent.runtime.sinks import TraceSink
 
-    if args.out:
-        return TraceSink(args.out, meta)
+    if out:
+        return TraceSink(out, meta)
     inbox = args.inbox
     if inbox is None and os.path.isdir(DEFAULT_INBOX) and os.access(DEFAULT_INBOX, os.W_OK):
         inbox = DEFAULT_INBOX
@@ -143,6 +212,8 @@ class _Recorder:
     def __init__(self, base: Record) -> None:
         self.base = base
         self.parsers: dict[str, Any] = {}
+        self.first_progress_ts: float | None = None  # a training-progress line: kind training
+        self.kind_written = False
         try:
             from agent.parsers.training import LogParser
 
@@ -164,9 +235,93 @@ class _Recorder:
                 rec["parsed"] = parsed.to_dict()
                 if parsed.step is not None:
                     rec[names.STEP] = parsed.step
+                    if self.first_progress_ts is None and parsed.loss is not None:
+                        self.first_progress_ts = ts
             if names.STEP not in rec and parser.last_step is not None:
                 rec[names.STEP] = parser.last_step
         return rec
+
+
+class RankWatch:
+    """The ranks a launcher starts under exec's command: the topmost descendants whose
+    environment has a rank exec's own does not (a rank's own children — data loader workers —
+    are not ranks), followed with the identity collector on the real /proc."""
+
+    def __init__(
+        self, node: str, root_pid: int, own_rank: int | None, proc_root: str = "/proc"
+    ) -> None:
+        self.root_pid = root_pid
+        self.own_rank = own_rank
+        self.proc_root = proc_root
+        self.collector = IdentityCollector(
+            node=node, proc_root=proc_root, gpu_pids=dict, extra_pids=self.ranks
+        )
+        # (pid, start) of the ranks found. Only ranks are remembered: a process caught between
+        # fork and exec still has its parent's environment, and is asked again next time.
+        self._ranks: set[tuple[int, int]] = set()
+        self.world_size: int | None = None
+
+    def _children(self, pid: int) -> list[int]:
+        out: list[int] = []
+        try:
+            tasks = os.listdir(f"{self.proc_root}/{pid}/task")
+        except OSError:
+            return out
+        for tid in tasks:
+            try:
+                with open(f"{self.proc_root}/{pid}/task/{tid}/children", "rb") as fh:
+                    out.extend(int(c) for c in fh.read().split())
+            except (OSError, ValueError):
+                continue
+        return out
+
+    def _is_rank(self, pid: int) -> bool:
+        stat = read_stat(self.proc_root, pid)
+        if stat is None:
+            return False
+        key = (pid, stat.start)
+        if key in self._ranks:
+            return True
+        try:
+            with open(f"{self.proc_root}/{pid}/environ", "rb") as fh:
+                env = parse_environ(fh.read())
+        except OSError:
+            return False
+        rank = _first_int(env, RANK_VARS)
+        if rank is None or rank == self.own_rank:
+            return False
+        if len(self._ranks) > 10_000:  # a launcher restarting ranks without end
+            self._ranks.clear()
+        self._ranks.add(key)
+        return True
+
+    def ranks(self) -> list[int]:
+        found: list[int] = []
+        todo = self._children(self.root_pid)
+        seen: set[int] = set()
+        while todo:
+            pid = todo.pop()
+            if pid in seen:
+                continue
+            seen.add(pid)
+            if self._is_rank(pid):
+                found.append(pid)
+            else:
+                todo.extend(self._children(pid))
+        return found
+
+    def collect(self, now: float) -> list[Record]:
+        records = self.collector.collect(now)
+        for ident in self.collector.identities().values():
+            if ident.world_size is not None:
+                self.world_size = max(self.world_size or 0, ident.world_size)
+        return [r for r in records if r.get("type") != "job"]  # exec writes the job's own
+
+
+def _job_state(exit_code: int, sig: int | None) -> str:
+    if sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGKILL):
+        return "cancelled"
+    return "completed" if exit_code == 0 else "failed"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -179,9 +334,23 @@ def run(args: argparse.Namespace) -> int:
         )
         return 2
     node = args.node or socket.gethostname()
+    ident = identity_from_own_environment(node=node)
+    # exec is the job's root when no scheduler, launcher or outer exec named one.
+    owns_job = ident.scheduler == SCHEDULER_EXEC and not os.environ.get(ENV_JOB_ID)
+    launcher = is_launcher(command)
+    env_rank = _first_int(dict(os.environ), RANK_VARS)
+    # A command on its own is rank 0 of 1 (identity's default); a launcher's ranks are its
+    # children, and the launcher itself is none of them.
+    single = owns_job and env_rank is None and not launcher
+    if owns_job and env_rank is None and launcher:
+        ident.rank = ident.local_rank = ident.world_size = None
     env = dict(os.environ)
     if not args.keep_buffering:
         env.setdefault("PYTHONUNBUFFERED", "1")
+    if ident.job is not None:
+        env[ENV_JOB_ID] = ident.job
+        if ident.scheduler:
+            env[ENV_JOB_SCHEDULER] = ident.scheduler
     sys.stdout.flush()
     sys.stderr.flush()
     try:
@@ -205,9 +374,11 @@ def run(args: argparse.Namespace) -> int:
             continue
         previous[forwarded] = signal.signal(forwarded, forward)
 
-    ident = identity_from_own_environment(child.pid)
+    ident.pid = child.pid
     keys: Record = {"node": node, **ident.keys()}
     meta = {"recorded_by": "proof-agent exec", "node": node, "command": command}
+    if ident.job is not None:
+        meta["job"] = ident.job
     q: queue.Queue[tuple[float, str, bytes] | None] = queue.Queue()
     readers = [
         threading.Thread(
@@ -228,10 +399,30 @@ def run(args: argparse.Namespace) -> int:
 
     sink = None
     try:
-        sink = _open_sink(args, node, meta)
+        out = out_path(args.out, ident, node) if args.out else None
+        if out is not None and "{" not in args.out and out != args.out:
+            print(f"proof-agent exec: rank {ident.rank}: recording to {out}", file=sys.stderr)
+        sink = _open_sink(args, node, meta, out)
     except Exception as exc:  # recording must never stop the job
         print(f"proof-agent exec: not recording: {exc}", file=sys.stderr)
-    process: Record = {"type": "process", "ts": time.time(), **keys, "cmd": command}
+    started = time.time()
+    first: list[Record] = []
+    if owns_job and ident.job is not None:
+        job_rec: Record = {
+            "type": "job",
+            "ts": started,
+            "job": ident.job,
+            "scheduler": SCHEDULER_EXEC,
+            "state": "running",
+            "name": os.path.basename(command[0]),
+            "nodes": [node],
+        }
+        if ident.world_size is not None:
+            job_rec["world_size"] = ident.world_size
+        if inference_server(command):
+            job_rec["kind"] = "inference"
+        first.append(job_rec)
+    process: Record = {"type": "process", "ts": started, **keys, "cmd": command}
     if ident.world_size is not None:
         process["world_size"] = ident.world_size
     labels = dict(ident.labels)
@@ -240,12 +431,26 @@ def run(args: argparse.Namespace) -> int:
     if labels:
         process["labels"] = labels
     recorder = _Recorder(keys)
-    _submit(sink, [process])
+    _submit(sink, [*first, process])
+    watch: RankWatch | None = None
+    with contextlib.suppress(OSError):
+        if os.path.isdir(f"/proc/{child.pid}/task"):
+            watch = RankWatch(node, child.pid, env_rank)
+    next_scan = time.monotonic() + 0.2
 
     open_streams = len(readers)
     returncode: int | None = None
     while open_streams:
         batch: list[Record] = []
+        if watch is not None and time.monotonic() >= next_scan:
+            batch.extend(watch.collect(time.time()))
+            if single and watch.world_size is not None:
+                # It started ranks of its own: a launcher after all, whose lines are theirs.
+                single = False
+                for key in (names.RANK, names.LOCAL_RANK):
+                    keys.pop(key, None)
+            early = time.time() - started < 60
+            next_scan = time.monotonic() + (RANK_SCAN_FAST_S if early else RANK_SCAN_SLOW_S)
         try:
             item: Any = q.get(timeout=0.5)
         except queue.Empty:
@@ -255,6 +460,17 @@ def run(args: argparse.Namespace) -> int:
                 open_streams -= 1
             else:
                 batch.append(recorder.log_record(*item))
+                if recorder.first_progress_ts is not None and not recorder.kind_written:
+                    recorder.kind_written = True
+                    if ident.job is not None:
+                        batch.append(
+                            {
+                                "type": "job",
+                                "ts": recorder.first_progress_ts,
+                                "job": ident.job,
+                                "kind": "training",
+                            }
+                        )
             try:
                 item = q.get_nowait()
             except queue.Empty:
@@ -274,10 +490,25 @@ def run(args: argparse.Namespace) -> int:
     # Popen reports death by signal N as -N; the record uses the shell's 128+N.
     sig = -returncode if returncode < 0 else None
     exit_code = 128 + sig if sig is not None else returncode
-    exit_rec: Record = {"type": "exit", "ts": time.time(), **keys, "exit_code": exit_code}
+    ended = time.time()
+    last: list[Record] = watch.collect(ended) if watch is not None else []
+    exit_rec: Record = {"type": "exit", "ts": ended, **keys, "exit_code": exit_code}
     if sig is not None:
         exit_rec["labels"] = {"signal": signal.Signals(sig).name}
-    _submit(sink, [exit_rec])
+    last.append(exit_rec)
+    if owns_job and ident.job is not None:
+        end_rec: Record = {
+            "type": "job",
+            "ts": ended,
+            "job": ident.job,
+            "state": _job_state(exit_code, sig),
+            "exit_code": exit_code,
+        }
+        world = (watch.world_size if watch is not None else None) or ident.world_size
+        if world is not None:
+            end_rec["world_size"] = world
+        last.append(end_rec)
+    _submit(sink, last)
     if sink is not None:
         try:
             sink.close()

@@ -1,6 +1,7 @@
-"""`proof analyze`: JSON exactly {"verdicts": [...]} valid against investigations/verdict_schema.json,
-every cited evidence id present, malformed lines reported and skipped, and an end-to-end run
-on a small simulated trace finding the injected family."""
+"""`proof analyze`: JSON {"verdicts": [...], "jobs": [...]}, the verdicts valid against
+investigations/verdict_schema.json, every cited evidence id present, every job seen summarised
+(so "no verdict" is told apart from "saw nothing"), malformed lines reported and skipped, and an
+end-to-end run on a small simulated trace finding the injected family."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from agent.parsers.training import PROGRESS, LogParser
 from agent.sim import simulate
 from investigations import analyze
 
@@ -91,7 +93,7 @@ def test_end_to_end_simulated_trace(tmp_path: Path, scenario: str, family: str) 
     path = tmp_path / "t.jsonl.gz"
     sim.write(path)
     doc = _run_json(path)
-    assert list(doc) == ["verdicts"]
+    assert list(doc) == ["verdicts", "jobs"]
     got = [v for v in doc["verdicts"] if v["family"] == family]
     assert got, [v["family"] for v in doc["verdicts"]]
     truth = sim.meta["truth"]
@@ -108,7 +110,25 @@ def test_healthy_trace_has_no_verdict(tmp_path: Path) -> None:
     sim = simulate("healthy_preexisting_counter", seed=0, duration_s=300, nodes=1, gpus_per_node=4)
     path = tmp_path / "h.jsonl.gz"
     sim.write(path)
-    assert _run_json(path) == {"verdicts": []}
+    doc = _run_json(path)
+    assert doc["verdicts"] == []
+    # ...and the job was seen: no verdict is not "saw nothing"
+    (job,) = doc["jobs"]
+    records = list(sim.records())
+    job_ids = {r["job"] for r in records if r.get("job")}
+    assert [job["job"]] == sorted(job_ids)
+    ranks = {r["rank"] for r in records if r.get("rank") is not None}
+    assert job["ranks"] == sorted(ranks) and len(ranks) == 4
+    parser = LogParser()
+    parsed = [parser.feed(r["line"]) for r in records if r["type"] == "log"]
+    steps = {p.step for p in parsed if p is not None and p.kind == PROGRESS and p.step is not None}
+    assert len(steps) > 10
+    assert job["steps"] == {"first": min(steps), "last": max(steps), "count": len(steps)}
+    assert job["kind"] == "training" and job["verdicts"] == []
+    assert (
+        job["interval"]["start"] >= records[0]["ts"]
+        and job["interval"]["end"] > 250 + records[0]["ts"]
+    )
 
 
 def test_malformed_lines_are_reported_and_skipped(tmp_path: Path) -> None:
@@ -160,3 +180,106 @@ def test_gzip_cut_short_keeps_the_lines_before_the_damage(tmp_path: Path) -> Non
     store = TraceStore.from_trace(cut, on_problem=problems.append)
     assert any("cut short" in p.message for p in problems)
     assert store.jobs(), "records before the damage were read"
+
+
+# --- the jobs seen ---------------------------------------------------------------------------
+
+
+def _write(path: Path, records: list[dict[str, Any]]) -> Path:
+    meta = {"type": "meta", "format": "proof-trace", "version": 1}
+    path.write_text("\n".join(json.dumps(r) for r in [meta, *records]) + "\n")
+    return path
+
+
+T0 = 1_800_000_000.0
+
+
+def _progress(ts: float, step: int, loss: float, **keys: Any) -> dict[str, Any]:
+    line = f"iter {step}: loss {loss:.4f}, time 100.00ms, mfu 10.00%"
+    return {"type": "log", "ts": ts, "line": line, "node": "n1", "step": step, **keys}
+
+
+def test_a_trace_without_any_job_says_so(tmp_path: Path) -> None:
+    path = _write(
+        tmp_path / "empty.jsonl",
+        [{"type": "sample", "ts": T0, "name": "host.cpu_util", "value": 0.5, "node": "n1"}],
+    )
+    assert _run_json(path) == {"verdicts": [], "jobs": []}
+    out = io.StringIO()
+    with redirect_stdout(out):
+        analyze.run(argparse.Namespace(trace=[str(path)], json=False, no_progress=True))
+    assert out.getvalue().startswith("No job seen:")
+
+
+def test_per_rank_traces_are_one_run(tmp_path: Path) -> None:
+    """The per-rank files `torchrun --no-python proof-agent exec` writes: one job, both
+    ranks, the steps rank 0 printed, completed because every rank exited 0."""
+    job = "torchelastic-abc"
+    files = []
+    for rank in (0, 1):
+        keys = {"job": job, "pid": 100 + rank, "rank": rank}
+        recs: list[dict[str, Any]] = [
+            {"type": "process", "ts": T0 + rank * 0.1, "node": "n1", "world_size": 2, **keys}
+        ]
+        if rank == 0:
+            recs += [_progress(T0 + 4 + s, s, 3.0 - s / 10, **keys) for s in (10, 20, 30)]
+            recs.append({"type": "job", "ts": T0 + 4, "job": job, "kind": "training"})
+        recs.append({"type": "exit", "ts": T0 + 111 - rank, "node": "n1", "exit_code": 0, **keys})
+        files.append(_write(tmp_path / f"run.rank{rank}.jsonl", recs))
+    doc = _run_json_many(files)
+    assert doc["jobs"] == [
+        {
+            "job": job,
+            "kind": "training",
+            "state": "completed",
+            "exit_code": 0,
+            "nodes": ["n1"],
+            "world_size": 2,
+            "ranks": [0, 1],
+            "processes": 2,
+            "steps": {"first": 10, "last": 30, "count": 3},
+            "interval": {"start": T0, "end": T0 + 111},
+            "verdicts": [],
+        }
+    ]
+    out = io.StringIO()
+    with redirect_stdout(out):
+        analyze.run(argparse.Namespace(trace=[str(f) for f in files], json=False, no_progress=True))
+    assert (
+        f"  job {job}: training, 2 ranks (0, 1), steps 10–30 (3 seen), 00:00:00–00:01:51, "
+        "completed, exit 0 — no verdict"
+    ) in out.getvalue().splitlines()
+
+
+def _run_json_many(paths: list[Path]) -> dict[str, Any]:
+    out = io.StringIO()
+    with redirect_stdout(out):
+        rc = analyze.run(
+            argparse.Namespace(trace=[str(p) for p in paths], json=True, no_progress=True)
+        )
+    assert rc == 0
+    return json.loads(out.getvalue())
+
+
+def test_job_state_and_kind_from_what_was_seen(tmp_path: Path) -> None:
+    """Without a job record: a failed rank fails the job; processes seen gone without an exit
+    code (the node agent is not their parent) ended; one still there is running; an
+    inference server's command line makes the job inference; nothing said: unknown."""
+    gone = {"type": "event", "name": "process_gone", "node": "n1", "text": "ended"}
+    recs: list[dict[str, Any]] = [
+        {"type": "process", "ts": T0, "node": "n1", "pid": 1, "job": "a", "rank": 0},
+        {"type": "process", "ts": T0, "node": "n1", "pid": 2, "job": "a", "rank": 1},
+        {"type": "process", "ts": T0, "node": "n1", "pid": 3, "job": "b", "cmd": ["vllm", "serve"]},
+        {"type": "process", "ts": T0, "node": "n1", "pid": 4, "job": "c"},
+        {"type": "exit", "ts": T0 + 5, "node": "n1", "pid": 1, "job": "a", "exit_code": 0},
+        {"type": "exit", "ts": T0 + 6, "node": "n1", "pid": 2, "job": "a", "exit_code": 3},
+        {**gone, "ts": T0 + 7, "pid": 3, "job": "b"},
+    ]
+    jobs = {j["job"]: j for j in _run_json(_write(tmp_path / "s.jsonl", recs))["jobs"]}
+    assert {k: (j["kind"], j["state"], j["exit_code"]) for k, j in jobs.items()} == {
+        "a": ("unknown", "failed", 3),
+        "b": ("inference", "ended", None),
+        "c": ("unknown", "running", None),
+    }
+    assert jobs["a"]["interval"] == {"start": T0, "end": T0 + 6}
+    assert jobs["a"]["steps"] == {"first": None, "last": None, "count": 0}
