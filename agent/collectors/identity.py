@@ -38,6 +38,7 @@ Which rank: `RANK`, else `OMPI_COMM_WORLD_RANK`, else `PMI_RANK`, else
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import os
 import re
@@ -144,7 +145,8 @@ ENV_JOB_SCHEDULER = "PROOF_JOB_SCHEDULER"
 SCHEDULER_EXEC = "proof-exec"
 # torchrun's run id when none was given to a static rendezvous: the same for every run.
 _NO_RUN_ID = ("", "none")
-_HOST_MAX = 64  # node part of a derived id; ingest keeps job ids to 255 characters
+_HOST_MAX = 64  # node part of a derived id
+JOB_ID_MAX = 200  # ingest keeps job ids to 255 characters; derived ids stay well inside
 # Inference servers by the program or module they run as (a job's kind when no job record says).
 _INFERENCE_PROGRAMS = (
     "vllm",
@@ -178,6 +180,15 @@ class ProcOrigin:
     ppid: int | None = None
     parent_start: int | None = None
     boot_id: str | None = None
+
+
+def bounded_job_id(job: str) -> str:
+    """`job` when it is at most JOB_ID_MAX characters; else its head and a hash of the whole,
+    still one id per run (ingest refuses longer ids, and a user's --rdzv-id can be anything)."""
+    if len(job) <= JOB_ID_MAX:
+        return job
+    digest = hashlib.sha1(job.encode("utf-8", "replace")).hexdigest()[:12]
+    return f"{job[: JOB_ID_MAX - 13]}-{digest}"
 
 
 def process_job_id(prefix: str, node: str, pid: int, start: int, boot_id: str | None = None) -> str:
@@ -231,10 +242,10 @@ def identity_from_env(
     if env.get("SLURM_JOB_ID"):
         ident.job, ident.scheduler = env["SLURM_JOB_ID"].strip(), "slurm"
     elif exec_job:
-        ident.job = exec_job
+        ident.job = bounded_job_id(exec_job)
         ident.scheduler = (env.get(ENV_JOB_SCHEDULER) or "").strip() or SCHEDULER_EXEC
     elif run_id is not None and run_id.lower() not in _NO_RUN_ID:
-        ident.job, ident.scheduler = f"torchelastic-{run_id}", "torchelastic"
+        ident.job, ident.scheduler = bounded_job_id(f"torchelastic-{run_id}"), "torchelastic"
     elif pod_uid:
         ident.job, ident.scheduler = pod_uid, "kubernetes"
     elif node is not None and origin is not None:

@@ -407,21 +407,21 @@ def run(args: argparse.Namespace) -> int:
         print(f"proof-agent exec: not recording: {exc}", file=sys.stderr)
     started = time.time()
     first: list[Record] = []
+    # What exec knows of a job it owns, on each of its job records: ingest applies the last
+    # record of a job in a batch, so none may count on an earlier one in the same batch.
+    facts: Record = {}
     if owns_job and ident.job is not None:
-        job_rec: Record = {
-            "type": "job",
-            "ts": started,
+        facts = {
             "job": ident.job,
             "scheduler": SCHEDULER_EXEC,
-            "state": "running",
             "name": os.path.basename(command[0]),
             "nodes": [node],
         }
         if ident.world_size is not None:
-            job_rec["world_size"] = ident.world_size
+            facts["world_size"] = ident.world_size
         if inference_server(command):
-            job_rec["kind"] = "inference"
-        first.append(job_rec)
+            facts["kind"] = "inference"
+        first.append({"type": "job", "ts": started, **facts, "state": "running"})
     process: Record = {"type": "process", "ts": started, **keys, "cmd": command}
     if ident.world_size is not None:
         process["world_size"] = ident.world_size
@@ -462,15 +462,14 @@ def run(args: argparse.Namespace) -> int:
                 batch.append(recorder.log_record(*item))
                 if recorder.first_progress_ts is not None and not recorder.kind_written:
                     recorder.kind_written = True
-                    if ident.job is not None:
-                        batch.append(
-                            {
-                                "type": "job",
-                                "ts": recorder.first_progress_ts,
-                                "job": ident.job,
-                                "kind": "training",
-                            }
-                        )
+                    if ident.job is not None and "kind" not in facts:
+                        kind_rec: Record = {"type": "job", "ts": recorder.first_progress_ts}
+                        if facts:
+                            facts["kind"] = "training"
+                            kind_rec.update(facts, state="running")
+                        else:
+                            kind_rec.update(job=ident.job, kind="training")
+                        batch.append(kind_rec)
             try:
                 item = q.get_nowait()
             except queue.Empty:
@@ -496,14 +495,9 @@ def run(args: argparse.Namespace) -> int:
     if sig is not None:
         exit_rec["labels"] = {"signal": signal.Signals(sig).name}
     last.append(exit_rec)
-    if owns_job and ident.job is not None:
-        end_rec: Record = {
-            "type": "job",
-            "ts": ended,
-            "job": ident.job,
-            "state": _job_state(exit_code, sig),
-            "exit_code": exit_code,
-        }
+    if facts:
+        end_rec: Record = {"type": "job", "ts": ended, **facts}
+        end_rec.update(state=_job_state(exit_code, sig), exit_code=exit_code)
         world = (watch.world_size if watch is not None else None) or ident.world_size
         if world is not None:
             end_rec["world_size"] = world

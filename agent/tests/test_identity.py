@@ -404,6 +404,16 @@ def test_proof_job_id_from_exec_wins_over_torchrun_but_not_slurm() -> None:
     assert identity_from_env(5, {}).job is None
 
 
+def test_a_long_run_id_is_kept_within_what_ingest_accepts() -> None:
+    long_a, long_b = "a" * 300, "a" * 299 + "b"
+    a = identity_from_env(1, {"TORCHELASTIC_RUN_ID": long_a}).job
+    b = identity_from_env(1, {"TORCHELASTIC_RUN_ID": long_b}).job
+    assert a is not None and b is not None
+    assert len(a) == len(b) == 200 and a != b and a.startswith("torchelastic-aaa")
+    # exec passes the bounded id on; the agent keeps it as it is
+    assert identity_from_env(1, {"PROOF_JOB_ID": a}).job == a
+
+
 def _stat_fields(pid: int | str) -> list[str]:
     text = Path(f"/proc/{pid}/stat").read_text()
     return text[text.rindex(")") + 2 :].split()
