@@ -14,6 +14,7 @@ The same builder serves the live pipeline (an `IngestStore`) and `proof analyze`
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -69,7 +70,13 @@ class RankInfo:
 
 @dataclass
 class StepTable:
-    """Training progress lines of one job, oldest first (NaN where a framework omits a field)."""
+    """Training progress lines of one job, oldest first (NaN where a framework omits a field).
+
+    A row is one progress line: a metrics line (loss, grad norm, LR) or a progress bar that
+    only says which step the job is at. A NaN in `loss` is ambiguous on its own — the line
+    printed `nan`, or it printed no loss at all — so `has_loss` says which rows printed one
+    (finite or not); None means every row did (tables built by hand). Use `with_loss()` for
+    anything about the loss."""
 
     ts: np.ndarray
     step: np.ndarray  # float (NaN when the line had none)
@@ -77,6 +84,9 @@ class StepTable:
     lr: np.ndarray
     grad_norm: np.ndarray
     iter_ms: np.ndarray
+    has_loss: np.ndarray | None = None  # bool: the line printed a loss (finite or not)
+    epoch: np.ndarray | None = None  # float, NaN where the line printed none
+    grad_bad: np.ndarray | None = None  # bool: the line printed a non-finite grad norm
 
     @classmethod
     def empty(cls) -> StepTable:
@@ -85,6 +95,33 @@ class StepTable:
 
     def __len__(self) -> int:
         return len(self.ts)
+
+    def with_loss(self) -> StepTable:
+        """Only the rows that printed a loss (progress bars with a step and nothing else
+        dropped): a missing loss is never a non-finite one."""
+        if self.has_loss is None or bool(self.has_loss.all()):
+            return self
+        k = self.has_loss
+        return StepTable(
+            self.ts[k],
+            self.step[k],
+            self.loss[k],
+            self.lr[k],
+            self.grad_norm[k],
+            self.iter_ms[k],
+            None,
+            None if self.epoch is None else self.epoch[k],
+            None if self.grad_bad is None else self.grad_bad[k],
+        )
+
+    def grad_nonfinite(self) -> np.ndarray:
+        """Rows whose line printed a non-finite gradient norm (`nan`, `inf`); a line without
+        one is not counted. Tables built by hand (no `grad_bad`) count a NaN after the first
+        finite value (a column that is all NaN was never printed)."""
+        if self.grad_bad is not None:
+            return self.grad_bad
+        fin = np.isfinite(self.grad_norm)
+        return ~fin & np.maximum.accumulate(fin)
 
 
 @dataclass(frozen=True)
@@ -202,9 +239,12 @@ def parse_logs(rows: list[LogRow]) -> tuple[StepTable, list[Checkpoint], list[Lo
     first line wins) so a step's loss is counted once."""
     parsers: dict[tuple[str, int | None], tp.LogParser] = {}
     seen_steps: set[int] = set()
-    cols: list[tuple[float, float, float, float, float, float]] = []
+    # ts, step, loss, lr, grad norm, iter ms, printed a loss (1/0), epoch, grad non-finite (1/0)
+    cols: list[tuple[float, float, float, float, float, float, float, float, float]] = []
+    end_epochs: list[tuple[float, float]] = []  # (ts, epoch) of "training done" summaries
     ckpts: list[Checkpoint] = []
     open_ckpt: dict[str | None, tuple[float, str | None, int | None]] = {}
+    begun_steps: set[int] = set()
     events: list[LogEvent] = []
     nan = float("nan")
 
@@ -222,8 +262,26 @@ def parse_logs(rows: list[LogRow]) -> tuple[StepTable, list[Checkpoint], list[Lo
                 if p.step in seen_steps:
                     continue
                 seen_steps.add(p.step)
-            cols.append((row.ts, f(p.step), f(p.loss), f(p.lr), f(p.grad_norm), f(p.iter_ms)))
+            cols.append(
+                (
+                    row.ts,
+                    f(p.step),
+                    f(p.loss),
+                    f(p.lr),
+                    f(p.grad_norm),
+                    f(p.iter_ms),
+                    0.0 if p.loss is None else 1.0,
+                    f(p.epoch),
+                    0.0 if p.grad_norm is None or math.isfinite(p.grad_norm) else 1.0,
+                )
+            )
         elif p.kind == tp.CHECKPOINT_BEGIN:
+            if p.path is None and p.step is not None and p.step in begun_steps:
+                # A save-progress bar ("Writing model shards") inside a save whose own
+                # "Saving model checkpoint to …" line was already seen: the same save.
+                continue
+            if p.step is not None:
+                begun_steps.add(p.step)
             # One save is printed by every rank in some frameworks: keep the first begin.
             key = p.path
             if key in open_ckpt and row.ts - open_ckpt[key][0] > 30.0:
@@ -259,6 +317,8 @@ def parse_logs(rows: list[LogRow]) -> tuple[StepTable, list[Checkpoint], list[Lo
             tp.COMPLETED,
         ):
             events.append(LogEvent(row.ts, p.kind, rank, (p.error or row.line)[:300]))
+            if p.kind == tp.COMPLETED and p.epoch is not None:
+                end_epochs.append((row.ts, p.epoch))
     for begin, path, step in open_ckpt.values():
         ckpts.append(Checkpoint(begin, None, path, step))
     ckpts.sort(key=lambda c: c.begin if c.begin is not None else (c.end or 0.0))
@@ -267,11 +327,64 @@ def parse_logs(rows: list[LogRow]) -> tuple[StepTable, list[Checkpoint], list[Lo
     arr = np.array(cols, dtype=np.float64)
     order = np.argsort(arr[:, 0], kind="stable")
     arr = arr[order]
+    _steps_from_epochs(arr, end_epochs)
     return (
-        StepTable(arr[:, 0], arr[:, 1], arr[:, 2], arr[:, 3], arr[:, 4], arr[:, 5]),
+        StepTable(
+            arr[:, 0],
+            arr[:, 1],
+            arr[:, 2],
+            arr[:, 3],
+            arr[:, 4],
+            arr[:, 5],
+            arr[:, 6] > 0,
+            arr[:, 7],
+            arr[:, 8] > 0,
+        ),
         ckpts,
         events,
     )
+
+
+# A metrics line and a progress-bar line printed within this many seconds of each other
+# describe the same step (the Trainer prints its metrics dict, then redraws its bar or starts
+# a save, whose newline ends the bar's \r-collapsed line).
+_EPOCH_PAIR_S = 2.0
+_EPOCH_RATIO_TOL = 0.03
+
+
+def _steps_from_epochs(arr: np.ndarray, end_epochs: list[tuple[float, float]]) -> None:
+    """Give step numbers to metrics lines that print an epoch but no step (the Hugging Face
+    Trainer's `{'loss': …, 'epoch': 3.125}`), in place.
+
+    The Trainer's epoch is global step ÷ steps per epoch. A progress bar (`100/300`) printed
+    within 2 s of a metrics line or of the run's final summary gives one reading of steps per
+    epoch; with readings that agree (within 3% of their median), each metrics line's step is
+    its epoch × that ratio, rounded. Without such a pair the steps stay unknown."""
+    ts, step, has_loss, epoch = arr[:, 0], arr[:, 1], arr[:, 6] > 0, arr[:, 7]
+    need = has_loss & np.isnan(step) & np.isfinite(epoch) & (epoch > 0)
+    bars = ~has_loss & np.isfinite(step) & (step > 0)
+    if not need.any() or not bars.any():
+        return
+    e_ts = np.concatenate([ts[need], np.array([t for t, _ in end_epochs])])
+    e_val = np.concatenate([epoch[need], np.array([e for _, e in end_epochs])])
+    ok = np.isfinite(e_val) & (e_val > 0)
+    e_ts, e_val = e_ts[ok], e_val[ok]
+    if not len(e_ts):
+        return
+    ratios = []
+    for t, s in zip(ts[bars], step[bars], strict=True):
+        j = int(np.argmin(np.abs(e_ts - t)))
+        if abs(e_ts[j] - t) <= _EPOCH_PAIR_S:
+            ratios.append(s / e_val[j])
+    if not ratios:
+        return
+    r = np.array(ratios)
+    mid = float(np.median(r))
+    good = np.abs(r - mid) <= _EPOCH_RATIO_TOL * mid
+    if good.sum() * 2 < len(r):
+        return  # the readings disagree: better no step than a wrong one
+    per_epoch = float(np.median(r[good]))
+    arr[need, 1] = np.rint(epoch[need] * per_epoch)
 
 
 def _job_span(store: SignalStore, job: str) -> tuple[float, float]:

@@ -277,8 +277,16 @@ _HF_KEYS: dict[str, str] = {
 
 
 def parse_hf_trainer(line: str) -> ParsedLine | None:
-    s = line.strip()
-    if not (s.startswith("{'") and s.endswith("}")):
+    """`{'loss': 1.3736, …}` (transformers 4) or `{'loss': '4.046', …}` (5: values as strings).
+
+    The dict may sit at the end of a progress-bar line: where stdout and stderr share one file
+    (a Slurm job log, `2>&1`), tqdm's `\r` bar text runs on until the next newline, which is
+    the dict's."""
+    start = line.find("{'")
+    if start < 0:
+        return None
+    s = line[start:].rstrip()
+    if not s.endswith("}"):
         return None
     values: dict[str, str] = dict(_HF_PAIR.findall(s))
     if "train_runtime" in values:
@@ -307,6 +315,49 @@ _TQDM = re.compile(
     r"(?:([A-Z][\w ]*?\d*):\s*)?\s*(\d+)%\|[^|]*\|\s*(\d+)/(\d+) \[([\d:]+)<([\d:?]+),\s*([\d.]+)(it/s|s/it)(?:, ([^\]]*))?"
 )
 _LIGHTNING_METRIC = re.compile(r"(\w+)=([-+\w.]+)")
+# Lightning's rich bar (the default when `rich` is installed), as a non-terminal gets it:
+# `Epoch 4/4  ━━━━━━━━━━━━━━━━━ 32/32 0:00:06 • 0:00:00 5.16it/s train_loss_step: 0.607`
+# (at 80 columns the metric values wrap onto the next lines, which say nothing on their own).
+_RICH_EPOCH = re.compile(
+    r"Epoch (\d+)/(\d+)\s+[━╸╺ ]*\s*(\d+)/(\d+) [\d:]+ • [\d:-]+ ([\d.]+)(it/s|s/it)(.*)"
+)
+_RICH_METRIC = re.compile(r"(\w+): ([-+\w.]+)")
+# Bars that are not training progress but say a save is being written (transformers 5 prints
+# "Writing model shards" at every checkpoint; at its default verbosity nothing else marks it).
+_SAVE_BARS = ("Writing model shards",)
+
+
+def _metric(text: str) -> float | None:
+    """A metric as a bar prints it; Lightning's tqdm bar prints a NaN loss as `nan.0`."""
+    try:
+        return _num(text)
+    except ValueError:
+        if text.endswith(".0"):
+            with contextlib.suppress(ValueError):
+                return _num(text[:-2])
+    return None
+
+
+def _lightning_loss(p: ParsedLine, metrics: dict[str, str]) -> None:
+    for key in ("train_loss_step", "train_loss", "loss"):
+        if key in metrics:
+            p.loss = _metric(metrics[key])
+            break
+    if "val_loss" in metrics:
+        p.val_loss = _metric(metrics["val_loss"])
+
+
+def _rich(line: str) -> ParsedLine | None:
+    if "Epoch " not in line:
+        return None
+    m = _RICH_EPOCH.search(line)
+    if m is None:
+        return None
+    rate = float(m.group(5))
+    p = ParsedLine(PROGRESS, LIGHTNING, epoch=float(m.group(1)))
+    p.iter_ms = 1000.0 / rate if m.group(6) == "it/s" and rate > 0 else rate * 1000.0
+    _lightning_loss(p, dict(_RICH_METRIC.findall(m.group(7))))
+    return p
 
 
 def _tqdm(line: str) -> ParsedLine | None:
@@ -317,25 +368,20 @@ def _tqdm(line: str) -> ParsedLine | None:
     for found in _TQDM.finditer(line):
         last = found
     if last is None:
-        return None
+        return _rich(line)
     rate = float(last.group(7))
     iter_ms = 1000.0 / rate if last.group(8) == "it/s" and rate > 0 else rate * 1000.0
     label = last.group(1)
     if label:
+        if label.startswith(_SAVE_BARS):
+            # A save in progress; LogParser gives it the step of the last progress line.
+            return ParsedLine(CHECKPOINT_BEGIN, HF_TRAINER)
         if not label.startswith("Epoch "):
             return None  # "Validation DataLoader 0:", "Loading checkpoint shards:", "Map:"…
         # Lightning: "Epoch N: ... v_num=0, train_loss_step=1.310"
         p = ParsedLine(PROGRESS, LIGHTNING, epoch=float(label.split()[1]))
         p.iter_ms = iter_ms
-        metrics = dict(_LIGHTNING_METRIC.findall(last.group(9) or ""))
-        for key in ("train_loss_step", "train_loss", "loss"):
-            if key in metrics:
-                with contextlib.suppress(ValueError):
-                    p.loss = _num(metrics[key])
-                break
-        if "val_loss" in metrics:
-            with contextlib.suppress(ValueError):
-                p.val_loss = _num(metrics["val_loss"])
+        _lightning_loss(p, dict(_LIGHTNING_METRIC.findall(last.group(9) or "")))
         return p
     return ParsedLine(
         PROGRESS,

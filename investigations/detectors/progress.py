@@ -13,15 +13,28 @@ from investigations.window import JobWindow, StepTable
 
 # A loss has "exploded" when it is not finite or at least doubles its best value so far and
 # stays up (median of the next 3 logged points ≥ 1.5× the best). Healthy noise and single
-# spikes that recover are far smaller/shorter; a divergence does not come back.
+# spikes that recover are far smaller/shorter; a divergence does not come back. A loss that
+# climbs by orders of magnitude passes this long before it overflows to NaN, so a recipe that
+# never prints NaN still diverges here.
 EXPLODE_RATIO = 2.0
 EXPLODE_HOLD_RATIO = 1.5
+# A gradient norm printed non-finite (nan/inf) on 3 logged lines in a row (or on every line to
+# the end of the run, at least 2) is a divergence even when the printed loss looks fine: the
+# Hugging Face Trainer leaves non-finite losses out of the average it logs, so a run of NaN
+# steps prints `'loss': '0'` next to `'grad_norm': 'nan'`. One inf on its own is an fp16
+# overflow step that the loss scaler skipped, which healthy runs print.
+GRAD_NONFINITE_RUN = 3
+# The loss "drifted up" before exploding when the last point before the explosion is ≥ 10%
+# above the low; otherwise it blew up abruptly (the summary says which).
+DRIFT_RATIO = 1.1
 # Two reruns diverge "at the same step" when their explosion steps differ by ≤ 5% of the step
 # count (and ≤ 50 steps): the same recipe and data order diverge within a few logging periods.
 SAME_STEP_FRAC = 0.05
-# No learning: the loss's median over the last fifth of the run is within 2% of its median over
-# the first tenth. Any run that learns — even a fine-tune from a good checkpoint — drops its
-# training loss by more than that over a full run.
+# No learning: the loss's median over the last fifth of the run is not ≥ 2% below its median
+# over the first tenth. Any run that learns — even a fine-tune from a good checkpoint — drops
+# its training loss by more than that over a full run. A loss that explodes is a divergence,
+# never no_learning (the two are decided by the same `_explosion` test, so they exclude each
+# other).
 NO_LEARNING_MAX_DROP = 0.02
 NO_LEARNING_MIN_POINTS = 6
 # "From scratch": the first logged step is ≤ 100 or ≤ 10% of the last one.
@@ -36,15 +49,27 @@ STARVE_WORKER_SATURATED = 0.9
 HANG_MIN_S = 30.0
 HANG_MIN_STEPS = 20.0
 
+# How the loss diverged (`_explosion`'s second value).
+LOSS_NONFINITE = "loss_nonfinite"
+GRAD_NONFINITE = "grad_nonfinite"
+LOSS_ROSE = "loss_rose"
 
-def _explosion(st: StepTable) -> int | None:
+
+def _explosion(st: StepTable) -> tuple[int, str] | None:
+    """(row, how) of the first logged point where training diverged, on a table of rows that
+    printed a loss (`StepTable.with_loss()`); None when it did not."""
     loss = st.loss
+    bad_grad = st.grad_nonfinite()
     n = len(loss)
     best = np.inf
     for i in range(n):
         x = loss[i]
         if not np.isfinite(x):
-            return i if i > 0 else None
+            return (i, LOSS_NONFINITE) if i > 0 else None
+        if i > 0 and bad_grad[i]:
+            run = bad_grad[i : i + GRAD_NONFINITE_RUN]
+            if run.all() and (len(run) == GRAD_NONFINITE_RUN or (i + len(run) == n > i + 1)):
+                return i, GRAD_NONFINITE
         if best < np.inf and x >= EXPLODE_RATIO * best:
             nxt = loss[i + 1 : i + 4]
             if (
@@ -52,20 +77,58 @@ def _explosion(st: StepTable) -> int | None:
                 or np.any(~np.isfinite(nxt))
                 or np.median(nxt) >= EXPLODE_HOLD_RATIO * best
             ):
-                return i
+                return i, LOSS_ROSE
         best = min(best, x)
     return None
 
 
+def _num(x: float) -> str:
+    """A loss as a sentence prints it: 4 significant digits, thousands separated."""
+    return f"{x:,.4g}"
+
+
+def times(ratio: float) -> str:
+    """`3.6×`, `27×`, `1,318×`."""
+    if ratio < 10:
+        return f"{ratio:.1f}×"
+    return f"{ratio:,.0f}×"
+
+
+def describe_change(before: float, after: float) -> str:
+    """How a loss moved from `before` to `after`, with the right sign and a sane scale:
+    `fell 12.3%`, `rose 4.1%`, `rose 27× (from 5.4 to 146)`, `stayed at 4.05`."""
+    if after == before or (before and abs(after - before) < 5e-4 * abs(before)):
+        return f"stayed at {_num(before)}"
+    if before > 0 and after >= 2 * before:
+        return f"rose {times(after / before)} (from {_num(before)} to {_num(after)})"
+    if before:
+        rel = (after - before) / abs(before)
+        verb = "rose" if rel > 0 else "fell"
+        return f"{verb} {abs(rel):.1%} (from {_num(before)} to {_num(after)})"
+    verb = "rose" if after > before else "fell"
+    return f"{verb} from {_num(before)} to {_num(after)}"
+
+
+def _step_txt(st: StepTable, i: int) -> str:
+    s = st.step[i]
+    if np.isfinite(s):
+        return f"step {int(s)}"
+    if st.epoch is not None and np.isfinite(st.epoch[i]):
+        return f"the line logged at epoch {st.epoch[i]:g}"
+    return "a logged step"
+
+
 def detect_numerical_divergence(w: JobWindow) -> list[Finding]:
-    """Loss drifts then explodes/NaN; the verdict builder adds the hardware clearance. If an
-    XID/ECC event hit the job's GPUs before the explosion, `hardware_fault` owns it instead."""
-    st = w.steps
+    """The loss explodes, goes NaN, or the gradients stay non-finite; the verdict builder adds
+    the hardware clearance. If an XID/ECC event hit the job's GPUs before the explosion,
+    `hardware_fault` owns it instead."""
+    st = w.steps.with_loss()
     if w.meta.kind == "inference" or len(st) < 5:
         return []
-    ix = _explosion(st)
-    if ix is None:
+    found = _explosion(st)
+    if found is None:
         return []
+    ix, how = found
     t_x = float(st.ts[ix])
     from investigations.detectors.hardware import fault_events  # shared, avoids a cycle
 
@@ -73,12 +136,20 @@ def detect_numerical_divergence(w: JobWindow) -> list[Finding]:
         return []
     pre = st.loss[:ix]
     i_min = int(np.nanargmin(pre)) if np.isfinite(pre).any() else 0
+    low = float(pre[i_min])
     t_d = float(st.ts[i_min])
     step_x = st.step[ix]
+    x = float(st.loss[ix])
+    drifted = ix - 1 > i_min and float(st.loss[ix - 1]) >= DRIFT_RATIO * low > 0
+    title = {
+        LOSS_NONFINITE: "Training diverged: the loss went non-finite",
+        GRAD_NONFINITE: "Training diverged: the gradients went non-finite",
+        LOSS_ROSE: "Training diverged: the loss exploded",
+    }[how]
     f = Finding(
         family="numerical_divergence",
         category=JOB,
-        title="Training diverged: loss drifted up then exploded",
+        title=title,
         summary="",
         recommendation=(
             "Fix the recipe: lower the learning rate or add warm-up, enable gradient clipping, "
@@ -90,33 +161,106 @@ def detect_numerical_divergence(w: JobWindow) -> list[Finding]:
         interval=(t_d, t_x),
         subject=subject(job=w.job),
     )
-    step_txt = f"step {int(step_x)}" if np.isfinite(step_x) else "a logged step"
+    step_txt = _step_txt(st, ix)
+    low_txt = f"{_step_txt(st, i_min)}, {hhmmss(t_d)}"
+    x_obs: float | str = round(x, 4) if np.isfinite(x) else ("nan" if x != x else "inf")
     e1 = f.add(
         "log: loss",
         (t_d, t_x),
-        "nan" if not np.isfinite(st.loss[ix]) else round(float(st.loss[ix]), 4),
-        round(float(pre[i_min]), 4),
-        f"loss at {step_txt}; baseline: its lowest value before, where the drift began",
+        x_obs,
+        round(low, 4),
+        f"loss at {step_txt}; baseline: its lowest value before ({low_txt})",
         job=w.job,
     )
     cites = [e1]
     loss_cites = [e1]
     g = st.grad_norm[: ix + 1]
-    if np.isfinite(g).sum() >= 3:
+    if how == GRAD_NONFINITE:
+        bad = st.grad_nonfinite()
+        k = ix
+        while k < len(bad) and bad[k]:
+            k += 1
+        gfin = st.grad_norm[:ix][np.isfinite(st.grad_norm[:ix])]
+        gv = float(st.grad_norm[ix])
+        e_g = f.add(
+            "log: grad norm",
+            (t_x, float(st.ts[k - 1])),
+            "nan" if gv != gv else "inf",
+            round(float(np.median(gfin)), 4) if len(gfin) else None,
+            f"gradient norm from {step_txt} on ({k - ix} logged lines in a row); baseline: "
+            "its median before",
+            job=w.job,
+        )
+        loss_cites.insert(0, e_g)
+        what = (
+            f"The gradient norm went non-finite at {step_txt} ({hhmmss(t_x)}) and stayed so "
+            f"on {k - ix} logged lines in a row [{e_g}]; the loss printed there was "
+            f"{_num(x)}, against a low of {_num(low)} before [{e1}]."
+        )
+        if x == 0.0:
+            what += (
+                " A loss of exactly 0 next to a non-finite gradient is not a real value: the "
+                "Hugging Face Trainer, for one, leaves non-finite losses out of the average "
+                "it prints."
+            )
+    elif how == LOSS_NONFINITE:
+        prev = float(st.loss[ix - 1])
+        what = f"The loss went {x_obs} at {step_txt} ({hhmmss(t_x)}) [{e1}]" + (
+            f" after drifting up from its low of {_num(low)} ({low_txt}) to {_num(prev)}."
+            if drifted
+            else f"; it was {_num(prev)} on the line before (low {_num(low)})."
+        )
+    else:
+        rest = st.loss[ix:]
+        j = int(np.nanargmax(np.where(np.isfinite(rest), rest, -np.inf)))
+        peak = float(rest[j])
+        t_p = float(st.ts[ix + j])
+        e_p = f.add(
+            "log: loss",
+            (t_x, t_p),
+            round(peak, 4),
+            round(low, 4),
+            f"highest loss after the explosion, at {_step_txt(st, ix + j)}; baseline: the low",
+            job=w.job,
+        )
+        loss_cites.append(e_p)
+        start = (
+            f"The loss drifted up from its low of {_num(low)} ({low_txt}) and exploded"
+            if drifted
+            else f"The loss exploded from its low of {_num(low)} ({low_txt})"
+        )
+        what = (
+            f"{start} to {_num(x)} at {step_txt} ({hhmmss(t_x)}), {times(x / low)} the low [{e1}]"
+            if low > 0
+            else f"{start} to {_num(x)} at {step_txt} ({hhmmss(t_x)}) [{e1}]"
+        )
+        if j > 0:
+            what += f", and kept climbing to {_num(peak)} at {_step_txt(st, ix + j)}" + (
+                f" ({times(peak / low)} the low) [{e_p}]." if low > 0 else f" [{e_p}]."
+            )
+        else:
+            what += f" [{e_p}]."
+    if how != GRAD_NONFINITE and np.isfinite(g).sum() >= 3:
         loss_cites.append(
             f.add(
                 "log: grad norm",
                 (t_d, t_x),
                 round(float(np.nanmax(g[i_min:])), 4),
                 round(float(np.nanmedian(g[: max(1, i_min)])), 4),
-                "largest gradient norm during the drift vs its median before",
+                "largest gradient norm from the low to the explosion vs its median before",
                 job=w.job,
             )
         )
+        if what.endswith("]."):
+            what = what[:-2] + f", {loss_cites[-1]}]."
     rerun_txt = ""
-    for other, ost in w.related.items():
-        ox = _explosion(ost) if len(ost) >= 5 else None
-        if ox is None or not np.isfinite(ost.step[ox]) or not np.isfinite(step_x):
+    for other, ost_all in w.related.items():
+        ost = ost_all.with_loss()
+        found_o = _explosion(ost) if len(ost) >= 5 else None
+        if found_o is None:
+            continue
+        ox = found_o[0]
+        if not np.isfinite(ost.step[ox]) or not np.isfinite(step_x):
             continue
         tol = max(2.0, min(50.0, SAME_STEP_FRAC * max(step_x, ost.step[ox])))
         if abs(ost.step[ox] - step_x) <= tol:
@@ -141,15 +285,22 @@ def detect_numerical_divergence(w: JobWindow) -> list[Finding]:
                 f"[{e_r}]" + (": the recipe, not the hardware." if elsewhere else ".")
             )
             f.confidence = 0.92
-    f.summary = (
-        f"The loss drifted up from its low of {float(pre[i_min]):.3f} at {hhmmss(t_d)} and "
-        f"exploded at {step_txt} ({hhmmss(t_x)}) [{', '.join(loss_cites)}]." + rerun_txt
-    )
+    f.summary = what + rerun_txt
+    if drifted:
+        cause = (
+            "The loss rose gradually before it blew up, the signature of an unstable "
+            "optimisation (learning rate, precision scaling) rather than a sudden hardware "
+            "corruption"
+        )
+    else:
+        cause = (
+            "The run diverged without a hardware event: an unstable optimisation (learning "
+            "rate, missing warm-up or clipping, precision scaling) or a numerical fault in the "
+            "recipe (a division by zero, the log of 0, an overflow)"
+        )
     f.explanation = (
-        "The loss rose gradually before it blew up, the signature of an unstable optimisation "
-        "(learning rate, precision scaling) rather than a sudden hardware corruption; no "
-        "hardware XID or ECC event hit the job's GPUs before it (the hardware clearance below "
-        "lists every counter's change over the job's window)."
+        f"{cause}; no hardware XID or ECC event hit the job's GPUs before it (the hardware "
+        "clearance below lists every counter's change over the job's window)."
     )
     f.gpu_hours_lost = gpu_hours(w.world, max(0.0, w.t1 - t_d))
     return [f]
@@ -167,7 +318,8 @@ def _from_scratch(st: StepTable) -> bool:
 
 
 def detect_no_learning(w: JobWindow) -> list[Finding]:
-    """A run that completed (exit 0) yet learned nothing."""
+    """A run that completed (exit 0) yet learned nothing — and did not diverge (a loss that
+    explodes is `numerical_divergence`, whichever way its median moved)."""
     if w.meta.kind == "inference":
         return []
     done = w.meta.state == "completed" or w.meta.exit_code == 0
@@ -175,7 +327,10 @@ def detect_no_learning(w: JobWindow) -> list[Finding]:
     if not done:
         return []
     st = w.steps
+    with_loss = st.with_loss()
     if len(st) < NO_LEARNING_MIN_POINTS:
+        return []
+    if len(with_loss) >= 2 and _explosion(with_loss) is not None:
         return []
     a, b = float(st.ts[0]), float(st.ts[-1])
     f = Finding(
@@ -195,7 +350,7 @@ def detect_no_learning(w: JobWindow) -> list[Finding]:
     )
     lr = st.lr[np.isfinite(st.lr)]
     gn = st.grad_norm[np.isfinite(st.grad_norm)]
-    loss = st.loss[np.isfinite(st.loss)]
+    loss = with_loss.loss[np.isfinite(with_loss.loss)]
     if len(lr) >= NO_LEARNING_MIN_POINTS and np.all(lr == 0):
         e = f.add(
             "log: learning rate", (a, b), 0.0, None, "learning rate on every logged step", job=w.job
@@ -230,11 +385,12 @@ def detect_no_learning(w: JobWindow) -> list[Finding]:
             job=w.job,
         )
         f.summary = (
-            f"The run completed but its loss went from {head:.3f} to {tail:.3f} "
-            f"({drop:+.1%}) over {len(loss)} logged steps [{e}]."
+            f"The run completed but its loss {describe_change(head, tail)} over "
+            f"{len(loss)} logged steps (median of the first tenth vs the last fifth) [{e}]."
         )
         f.explanation = (
-            "A run that learns lowers its training loss well beyond noise; this one did not."
+            "A run that learns lowers its training loss well beyond noise (here: at least "
+            f"{NO_LEARNING_MAX_DROP:.0%}); this one did not."
         )
     else:
         return []
