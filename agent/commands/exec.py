@@ -215,11 +215,15 @@ class _Recorder:
         self.first_progress_ts: float | None = None  # a training-progress line: kind training
         self.kind_written = False
         try:
-            from agent.parsers.training import LogParser
+            from agent.parsers.training import LogParser, strip_prefix
 
             self._parser_cls: Any = LogParser
+            self._strip_prefix: Any = strip_prefix
         except ImportError:  # the training parsers are optional here
             self._parser_cls = None
+
+    def _prefix_rank(self, line: str) -> int | None:
+        return self._strip_prefix(line)[1] if line.startswith("[") else None
 
     def log_record(self, ts: float, stream: str, raw: bytes) -> Record:
         if raw.endswith(b"\r"):
@@ -239,6 +243,11 @@ class _Recorder:
                         self.first_progress_ts = ts
             if names.STEP not in rec and parser.last_step is not None:
                 rec[names.STEP] = parser.last_step
+            if names.RANK not in rec:
+                # A launcher's output: the rank is the one its prefix names (`[rank1]:`).
+                rank = parsed.rank if parsed is not None else self._prefix_rank(line)
+                if rank is not None:
+                    rec[names.RANK] = rank
         return rec
 
 

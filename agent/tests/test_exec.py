@@ -275,7 +275,10 @@ def test_no_scheduler_the_run_is_execs_job_and_the_agent_joins_it(tmp_path: Path
 
 FAKE_LAUNCHER = r"""
 import os, subprocess, sys
-rank_code = "import os, time; time.sleep(1.8); print('rank', os.environ['RANK'], flush=True)"
+rank_code = (
+    "import os, time; time.sleep(1.8); r = os.environ['RANK']; print('rank', r, flush=True); "
+    "print(f'[rank{r}]: prefixed', flush=True)"
+)
 kids = [
     subprocess.Popen(
         [sys.executable, "-c", rank_code],
@@ -314,8 +317,10 @@ def test_ranks_under_a_launcher_are_found_and_recorded(tmp_path: Path) -> None:
     assert recs[-1]["world_size"] == 2  # the job's end record: the world its ranks said
     # …after which its lines are its ranks', not rank 0's
     lines = {r["line"]: r for r in recs if r["type"] == "log"}
-    assert set(lines) == {"rank 0", "rank 1"}
-    assert all("rank" not in r for r in lines.values())
+    assert set(lines) == {"rank 0", "rank 1", "[rank0]: prefixed", "[rank1]: prefixed"}
+    assert "rank" not in lines["rank 0"] and "rank" not in lines["rank 1"]
+    # a launcher prefix names the rank of the line
+    assert (lines["[rank0]: prefixed"]["rank"], lines["[rank1]: prefixed"]["rank"]) == (0, 1)
     assert "rank" not in next(
         r for r in recs if r["type"] == "exit" and r["pid"] == launcher["pid"]
     )
