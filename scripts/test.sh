@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup-system.sh
-bash scripts/venv.sh dev
+bash scripts/venv.sh dev,workloads  # workloads: torch, transformers, lightning (workloads/)
 
 export DATABASE_URL="${DATABASE_URL:-postgres://proof_app:proof_app@127.0.0.1:5432/proof}"
 export DATABASE_OWNER_URL="${DATABASE_OWNER_URL:-postgres://proof_owner:proof_owner@127.0.0.1:5432/proof}"

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Creates .venv (if missing) and installs Proof into it with the given extras (default: dev).
+# Creates .venv (if missing) and installs Proof into it with the given extras, comma-separated
+# (default: dev; scripts/test.sh passes dev,workloads).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 extras="${1:-dev}"
