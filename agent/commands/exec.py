@@ -138,7 +138,7 @@ def out_path(template: str, ident: ProcessIdentity, node: str) -> str:
         "local_rank": "" if ident.local_rank is None else str(ident.local_rank),
         "node": node,
         "pid": str(os.getpid()),
-        "job": ident.job or "",
+        "job": (ident.job or "").replace(os.sep, "_"),
     }
     path = template
     for key, value in values.items():

@@ -343,3 +343,19 @@ def test_out_names_each_ranks_file(tmp_path: Path) -> None:
     assert recs[0]["job"] == "torchelastic-r1" and recs[0]["rank"] == 1
     assert [r["type"] for r in recs] == ["process", "exit"]  # torchrun's job: no job records
     assert re.fullmatch(r"torchelastic-r1", recs[-1]["job"])
+
+
+def test_out_placeholders_and_launcher_names() -> None:
+    from agent.collectors.identity import ProcessIdentity
+    from agent.commands.exec import is_launcher, out_path
+
+    ident = ProcessIdentity(pid=1, job="torchelastic-a/b", rank=3, local_rank=1, world_size=8)
+    assert out_path("/t/{node}-{job}-{rank}-{local_rank}.jsonl", ident, "n1") == (
+        "/t/n1-torchelastic-a_b-3-1.jsonl"
+    )
+    assert out_path("/t/run.jsonl.gz", ident, "n1") == "/t/run.rank3.jsonl.gz"
+    single = ProcessIdentity(pid=1, job="exec-n1-1-2", rank=0, local_rank=0, world_size=1)
+    assert out_path("/t/run.jsonl", single, "n1") == "/t/run.jsonl"
+    assert is_launcher(["/usr/bin/torchrun", "--nproc_per_node", "2", "t.py"])
+    assert is_launcher(["python3", "-m", "torch.distributed.run", "t.py"])
+    assert not is_launcher(["python3", "-m", "pytest"]) and not is_launcher(["python", "-m"])
