@@ -300,7 +300,7 @@ def identity_from_own_environment(
         pod_uid = pod_uid_from_cgroup((Path(proc_root) / "self/cgroup").read_text())
     origin = read_origin(proc_root, own, read_boot_id(proc_root))
     ident = identity_from_env(
-        own if pid is None else pid,
+        own,
         dict(os.environ),
         pod_uid=pod_uid,
         node=node or socket.gethostname(),
@@ -309,6 +309,8 @@ def identity_from_own_environment(
     )
     if ident.job is not None and ident.job.startswith("exec-") and ident.scheduler is None:
         ident.scheduler = SCHEDULER_EXEC
+    if pid is not None:
+        ident.pid = pid
     return ident
 
 
