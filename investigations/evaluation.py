@@ -3,7 +3,8 @@ seeds and score the verdicts against each trace's ground truth (`meta.truth`).
 
 Per family: precision (verdicts of the family that were right / all verdicts of the family)
 and recall (scenarios of the family that got it / all). Category accuracy and subject accuracy
-over matched verdicts; detection delay = first evidence start of the matched verdict − the
+over matched verdicts; impact = share of matched slowdown/GPU-time verdicts that state their
+slowdown and GPU-hours lost; detection delay = first evidence start of the matched verdict − the
 injected onset (trace seconds); verdicts on healthy controls (should be zero).
 Each trace goes through the real path: simulate → write the trace file → `analyze_trace`.
 """
@@ -19,6 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
+from investigations.detectors.common import GPU_TIME_FAMILIES, SLOWDOWN_FAMILIES
 
 # Families whose detection must land within 30 s of the injected onset (issue 6 targets).
 DELAY_TARGET_FAMILIES = ("slow_rank", "sequence_imbalance", "checkpoint_stall", "hardware_fault")
@@ -43,6 +46,9 @@ class FamilyScore:
     subject_ok: int = 0
     matched: int = 0
     delays: list[float] = field(default_factory=list)
+    # Matched verdicts of a slowdown/GPU-time family, and those that stated their impact.
+    impact_due: int = 0
+    impact_ok: int = 0
 
     @property
     def precision(self) -> float:
@@ -78,6 +84,15 @@ def run_one(
     )
 
 
+def impact_stated(v: dict[str, Any]) -> bool:
+    """The verdict states its impact: GPU-hours lost (and the slowdown, for a slowdown family)
+    in `impact`, and the summary's impact sentence."""
+    imp = v.get("impact") or {}
+    if imp.get("gpu_hours_lost") is None or "Impact:" not in v.get("summary", ""):
+        return False
+    return v["family"] not in SLOWDOWN_FAMILIES or imp.get("slowdown_pct") is not None
+
+
 def score(outcomes: list[Outcome]) -> tuple[dict[str, FamilyScore], int, int]:
     fams: dict[str, FamilyScore] = {}
     healthy_verdicts = 0
@@ -104,6 +119,9 @@ def score(outcomes: list[Outcome]) -> tuple[dict[str, FamilyScore], int, int]:
                 s.matched += 1
                 s.category_ok += v["category"] == o.truth.get("category")
                 s.subject_ok += subject_matches(o.truth.get("subject"), v["subject"])
+                if fam in SLOWDOWN_FAMILIES | GPU_TIME_FAMILIES:
+                    s.impact_due += 1
+                    s.impact_ok += impact_stated(v)
                 onset = o.truth.get("onset")
                 cleared_ids = {i for c in v["cleared"] for i in c["evidence"]}
                 own = [e for e in v["evidence"] if e["id"] not in cleared_ids]
@@ -116,7 +134,7 @@ def score(outcomes: list[Outcome]) -> tuple[dict[str, FamilyScore], int, int]:
 def format_table(fams: dict[str, FamilyScore], healthy_verdicts: int, healthy_runs: int) -> str:
     rows = [
         f"{'family':<22} {'prec':>5} {'recall':>6} {'cat':>5} {'subj':>5} "
-        f"{'delay med':>9} {'delay max':>9}  n"
+        f"{'delay med':>9} {'delay max':>9} {'impact':>6}  n"
     ]
     for fam in sorted(fams):
         s = fams[fam]
@@ -125,9 +143,10 @@ def format_table(fams: dict[str, FamilyScore], healthy_verdicts: int, healthy_ru
         d = np.abs(np.array(s.delays)) if s.delays else None
         dm = f"{np.median(d):9.1f}" if d is not None else f"{'-':>9}"
         dx = f"{np.max(d):9.1f}" if d is not None else f"{'-':>9}"
+        imp = f"{s.impact_ok / s.impact_due:6.2f}" if s.impact_due else f"{'-':>6}"
         rows.append(
-            f"{fam:<22} {s.precision:5.2f} {s.recall:6.2f} {cat:5.2f} {subj:5.2f} {dm} {dx}  "
-            f"{s.tp + s.fn}"
+            f"{fam:<22} {s.precision:5.2f} {s.recall:6.2f} {cat:5.2f} {subj:5.2f} {dm} {dx} "
+            f"{imp}  {s.tp + s.fn}"
         )
     rows.append(f"healthy controls: {healthy_verdicts} verdict(s) on {healthy_runs} run(s)")
     return "\n".join(rows)

@@ -41,6 +41,12 @@ _CMDS = {
 }
 
 
+# Healthy per-rank per-step compute jitter drawn per job (relative sd): docs/detectors.md
+# "Materiality" — real all-reduce jobs show a few percent step to step.
+COMPUTE_JITTER_MIN = 0.015
+COMPUTE_JITTER_MAX = 0.04
+
+
 @dataclass
 class JobPlan:
     """Everything random about one job, drawn once from the scenario's RNG; knobs for faults."""
@@ -97,6 +103,12 @@ class JobPlan:
     no_learning: str | None = None  # "flat" | "zero_lr" | "zero_grad"
     nccl_timeout_s: float = 600.0
     hiccup_per_step: float = 0.002
+    # Per-rank per-step compute jitter (relative sd of one rank's compute time from one step
+    # to the next on healthy hardware with balanced work). draw_plan draws 1.5–4%: a "few
+    # percent", see docs/detectors.md "Materiality".
+    compute_jitter: float = 0.008
+    # Persistent per-rank speed offset (sd): GPU-to-GPU variation of sustained clocks.
+    rank_offset_sd: float = 0.004
     samples_per_epoch: float = 5e6
     rerun_of: str | None = None
     cancel_at: float | None = None
@@ -168,7 +180,7 @@ def draw_plan(
     save_s = params_b * 1e9 * 14.0 / len(node_ids) / 1.5e9
     ckpt_every = max(ckpt_every, int(round(save_s / (0.05 * step), -1)))
     vocab_loss = float(np.log(rng.choice([32000, 50257, 128256])))
-    return JobPlan(
+    plan = JobPlan(
         job_id=job_id,
         name=f"{model}-{'pretrain' if rng.random() < 0.6 else 'sft'}",
         scheduler=scheduler,
@@ -210,6 +222,8 @@ def draw_plan(
         lr_peak=float(rng.choice([1e-4, 2e-4, 3e-4, 6e-4])),
         warmup=int(rng.choice([100, 200, 500, 2000])),
     )
+    plan.compute_jitter = float(rng.uniform(COMPUTE_JITTER_MIN, COMPUTE_JITTER_MAX))
+    return plan
 
 
 @dataclass

@@ -100,7 +100,7 @@ def simulate_job(
     max_steps = int((t_end - t) / (plan.step_time_s * 0.5)) + 2
     if plan.stop_after_steps is not None:
         max_steps = min(max_steps, plan.stop_after_steps)
-    rank_jitter = rng.normal(0, 0.004, W)
+    rank_jitter = rng.normal(0, plan.rank_offset_sd, W)
     S: list[float] = []
     A: list[np.ndarray] = []
     C: list[float] = []
@@ -121,9 +121,11 @@ def simulate_job(
             lens = rng.lognormal(0.0, 0.4, (W, plan.imbalance_seqs))
             work = (lens + 0.35 * lens**2).sum(axis=1)
             mean_work = plan.imbalance_seqs * (np.exp(0.4**2 / 2) + 0.35 * np.exp(2 * 0.4**2))
-            work = 0.6 + 0.4 * work / mean_work
+            work = (0.6 + 0.4 * work / mean_work) * (1.0 + rng.normal(0, plan.compute_jitter, W))
         else:
-            work = 1.0 + rank_jitter + rng.normal(0, 0.008, W)
+            # Balanced work: each rank's compute still varies a few percent step to step
+            # (kernel timing, host-side launches, data-dependent shapes).
+            work = 1.0 + rank_jitter + rng.normal(0, plan.compute_jitter, W)
         eff = np.ones(W)
         for r, (t0, e) in plan.slow_eff.items():
             if t >= t0:

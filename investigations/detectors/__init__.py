@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from investigations.detectors.checkpoint import detect_checkpoint_stall
+from investigations.detectors.common import is_material, state_impact
 from investigations.detectors.hardware import (
     detect_fabric_degraded,
     detect_gpu_degrading,
@@ -56,6 +57,11 @@ def run_detectors(window: JobWindow) -> list[Finding]:
     out: list[Finding] = []
     for fn in JOB_DETECTORS.values():
         out.extend(fn(window))
+    # Materiality: a slowdown below the floor set from healthy jitter is no verdict; every
+    # slowdown/GPU-time verdict states its impact (docs/detectors.md "Materiality").
+    out = [f for f in out if is_material(f)]
+    for f in out:
+        state_impact(f, window)
     if any(f.family == "hardware_fault" for f in out):
         out = [f for f in out if f.family not in _CONSEQUENCES_OF_FAULT]
     if any(f.family == "input_starvation" for f in out):

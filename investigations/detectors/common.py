@@ -8,6 +8,7 @@ import time
 import numpy as np
 
 from agent import signals
+from investigations.findings import Finding
 from investigations.window import JobWindow
 
 # Samples a statistic needs before it says anything: 20 samples (20 s at the usual 1 s
@@ -152,3 +153,106 @@ def step_blocks(w: JobWindow) -> int:
     if not np.isfinite(s) or s <= w.dt:
         return 1
     return int(min(60, round(s / w.dt)))
+
+
+# --- Materiality (docs/detectors.md "Materiality") -------------------------------------------
+# A slowdown verdict must cost the job at least 5% of its speed. Healthy jobs vary by a few
+# percent: step-to-step compute jitter of 1.5–4% per rank (docs: published and measured
+# figures), GPU-to-GPU clock variation of a few percent, run-to-run variation of step time of a
+# few percent. A verdict claiming less cannot be told from that noise and is not worth a ticket.
+MATERIAL_MIN_SLOWDOWN_PCT = 5.0
+# Per-rank per-step compute jitter of a healthy job (relative sd), the top of the realistic
+# band: with it, ranks of a perfectly balanced job still wait for the slowest one each step
+# (about HEALTHY_JITTER_SD × E[max of N normals] of a step: 5.7% at 8 ranks, 9.8% at 64). That
+# waiting is not a sampler problem; only waiting beyond it is attributed to an imbalance.
+HEALTHY_JITTER_SD = 0.04
+# Families whose impact is a slowdown of the job (slowdown_pct and gpu_hours_lost stated; no
+# verdict below the floor), and those whose impact is GPU time alone: a hang makes no progress
+# at all; an underfilled endpoint is not slow, it pays for GPUs it does not fill.
+SLOWDOWN_FAMILIES = frozenset(
+    {"slow_rank", "sequence_imbalance", "input_starvation", "checkpoint_stall", "fabric_degraded"}
+)
+GPU_TIME_FAMILIES = frozenset({"collective_hang", "underfilled_batches"})
+
+
+def expected_max_normal(n: int) -> float:
+    """E[max of n standard normals] (Blom's approximation; 0 for n ≤ 1)."""
+    if n <= 1:
+        return 0.0
+    from statistics import NormalDist
+
+    return float(NormalDist().inv_cdf((n - 0.375) / (n + 0.25)))
+
+
+def jitter_wait(world: int, sd: float = HEALTHY_JITTER_SD) -> float:
+    """Mean share of a step a rank of a balanced `world`-rank job waits for the slowest rank
+    when every rank's compute time varies by `sd` (relative) step to step."""
+    return sd * expected_max_normal(world)
+
+
+def is_material(f: Finding) -> bool:
+    """Whether a finding's stated impact clears the floor (non-slowdown families always do)."""
+    if f.family in SLOWDOWN_FAMILIES:
+        return f.slowdown_pct is not None and f.slowdown_pct >= MATERIAL_MIN_SLOWDOWN_PCT
+    if f.family == "underfilled_batches":
+        return f.gpu_hours_lost is not None and f.gpu_hours_lost > 0
+    return True
+
+
+def _duration(seconds: float) -> str:
+    s = round(max(0.0, seconds))
+    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
+
+
+def state_impact(f: Finding, w: JobWindow) -> None:
+    """Give a slowdown or GPU-time finding its impact: evidence entries for the slowdown and
+    the GPU-hours lost, and one sentence at the end of its summary citing them."""
+    if f.family not in SLOWDOWN_FAMILIES | GPU_TIME_FAMILIES or f.details.get("impact"):
+        return
+    a, b = f.interval
+    n_gpus = len({r.gpu for r in w.ranks if r.gpu}) or max(1, w.world)
+    hours = f.gpu_hours_lost
+    cites: list[str] = []
+    if f.slowdown_pct is not None:
+        cites.append(
+            f.add(
+                "impact: slowdown",
+                (a, b),
+                round(float(f.slowdown_pct), 1),
+                MATERIAL_MIN_SLOWDOWN_PCT,
+                "how much slower the job ran because of this cause, % (time lost / time it "
+                "would have taken without it); baseline: the materiality floor, below which "
+                "Proof gives no verdict",
+                job=w.job,
+            )
+        )
+    if hours is not None:
+        cites.append(
+            f.add(
+                "impact: GPU-hours lost",
+                (a, b),
+                round(float(hours), 3),
+                None,
+                f"GPU time lost to this cause over {_duration(b - a)} on the job's {n_gpus} GPU(s)",
+                job=w.job,
+            )
+        )
+    if not cites:
+        return
+    ref = "[" + ", ".join(cites) + "]"
+    span = f"from {hhmmss(a)} for {_duration(b - a)}"
+    if f.family == "collective_hang":
+        text = f"Impact: the job made no progress {span} on {n_gpus} GPUs"
+    elif f.family == "underfilled_batches":
+        need = f.details.get("gpus_needed")
+        text = f"Impact: {span}, {n_gpus} GPUs served a load" + (
+            f" that {need} could carry" if need else ""
+        )
+    else:
+        text = (
+            f"Impact: the job ran {float(f.slowdown_pct or 0):.1f}% slower {span} on {n_gpus} GPUs"
+        )
+    if hours is not None:
+        text += f", {float(hours):.2f} GPU-hours lost"
+    f.summary = f.summary.rstrip() + f" {text} {ref}."
+    f.details["impact"] = {"slowdown_pct": f.slowdown_pct, "gpu_hours_lost": hours}

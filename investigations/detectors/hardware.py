@@ -277,7 +277,21 @@ def detect_fabric_degraded(w: JobWindow) -> list[Finding]:
         "Symbol errors and link recoveries force retransmissions on that port; every "
         "all-reduce crosses it, so the whole job slows down."
     )
-    f.slowdown_pct = round(100.0 * (slow[1] / slow[2] - 1), 1)
+    # The job's slowdown, not the collectives': with synchronize time the job computes for
+    # (1 − sync share) of each interval, so it progresses that much slower; iteration time
+    # from the log is the job's speed directly.
+    if slow[0] == signals.CUDA_SYNC_MS:
+        span_ms = w.dt * 1000.0
+        busy_before = max(1e-6, 1.0 - slow[2] / span_ms)
+        busy_after = max(1e-6, 1.0 - slow[1] / span_ms)
+        job_slowdown = busy_before / busy_after - 1.0
+    else:
+        job_slowdown = slow[1] / slow[2] - 1.0
+    f.details["collective_slowdown_pct"] = round(100.0 * (slow[1] / slow[2] - 1), 1)
+    f.slowdown_pct = round(100.0 * job_slowdown, 1)
+    f.gpu_hours_lost = gpu_hours(
+        w.world, max(0.0, w.t1 - t_on) * job_slowdown / (1.0 + job_slowdown)
+    )
     return [f]
 
 

@@ -19,6 +19,7 @@ import numpy as np
 
 from agent import signals
 from investigations.detectors.common import (
+    HEALTHY_JITTER_SD,
     MIN_SAMPLES,
     active_mask,
     block_tstat,
@@ -26,6 +27,7 @@ from investigations.detectors.common import (
     counter_delta,
     gpu_hours,
     hhmmss,
+    jitter_wait,
     shift_start,
     step_blocks,
 )
@@ -163,17 +165,34 @@ def _caveat(w: JobWindow, source: str) -> str:
     return ""
 
 
-def detect_sequence_imbalance(w: JobWindow) -> list[Finding]:
-    """Rotating straggler → the job's sampler (category job)."""
-    st = straggler_stats(w)
-    if st is None or _is_persistent(st):
-        return []
+@dataclass
+class ImbalanceStats:
+    """Per-step statistics of a rotating straggler, judged on the raised segment."""
+
+    disp: float  # median per-step dispersion of the ranks' non-waiting share
+    disp_before: float | None  # the same before the segment, when there is one
+    seg_len: int  # steps in the segment
+    n_steps: int  # steps in the window
+    top_share: float  # share of steps the most frequent slowest rank was slowest
+    rho: float  # Spearman ρ of consecutive steps' rank orders
+    wait: float  # mean share of a step the ranks waited for the slowest
+    distinct: int  # distinct ranks that were slowest in a step
+    a: float  # segment start (ts)
+    b: float  # segment end (ts)
+    source: str
+
+
+def imbalance_stats(w: JobWindow, st: StragglerStats | None = None) -> ImbalanceStats | None:
+    """The rotating-straggler statistics of `w` (None when ranks cannot be compared)."""
+    st = st if st is not None else straggler_stats(w)
+    if st is None:
+        return None
     # Compare ranks per training step (blocks of one step's samples): inside a long step every
     # rank computes and only the step's end shows who waited.
     blk = step_blocks(w)
     nb = st.busy.shape[1] // blk
     if nb < 3:
-        return []
+        return None
     xb = st.busy[:, : nb * blk].reshape(w.world, nb, blk).mean(axis=2)
     tb = st.times[: nb * blk : blk]
     mean_b = xb.mean(axis=0)
@@ -182,24 +201,47 @@ def detect_sequence_imbalance(w: JobWindow) -> list[Finding]:
     k = shift_start(disp_b, min_len=max(3, MIN_SAMPLES // blk))
     seg = disp_b[k:]
     x = xb[:, k:]
-    # The median, not the mean: a rotating imbalance disperses ranks in nearly every step,
-    # while one GPU's throttling episodes (fleet health) disperse them only part of the time.
-    disp = float(np.median(seg))
-    if disp < IMBALANCE_MIN_DISPERSION or len(seg) < max(3, PERSISTENT_MIN_FRACTION * len(disp_b)):
-        return []
     spread = x.max(axis=0) - x.min(axis=0) > 1e-9  # ties say nothing about who is slowest
     slowest = np.argmax(x[:, spread], axis=0)
     if len(slowest) < 3:
+        return None
+    lead = x.max(axis=0)
+    return ImbalanceStats(
+        # The median, not the mean: a rotating imbalance disperses ranks in nearly every step,
+        # while one GPU's throttling episodes (fleet health) disperse them only part of the time.
+        disp=float(np.median(seg)),
+        disp_before=float(np.median(disp_b[:k])) if k >= 3 else None,
+        seg_len=len(seg),
+        n_steps=len(disp_b),
+        top_share=float(np.bincount(slowest, minlength=w.world).max() / len(slowest)),
+        rho=_spearman_consecutive(x),
+        wait=float(np.mean((lead[None, :] - x) / np.where(lead > 0, lead, 1.0))),
+        distinct=len(np.unique(np.argmax(x, axis=0))),
+        a=float(tb[k]),
+        b=float(st.times[-1]),
+        source=st.source,
+    )
+
+
+def detect_sequence_imbalance(w: JobWindow) -> list[Finding]:
+    """Rotating straggler → the job's sampler (category job)."""
+    st = straggler_stats(w)
+    if st is None or _is_persistent(st):
         return []
-    top_share = float(np.bincount(slowest, minlength=w.world).max() / len(slowest))
-    rho = _spearman_consecutive(x)
+    im = imbalance_stats(w, st)
+    if im is None:
+        return []
+    disp, top_share, rho, wait, distinct = im.disp, im.top_share, im.rho, im.wait, im.distinct
+    if disp < IMBALANCE_MIN_DISPERSION or im.seg_len < max(3, PERSISTENT_MIN_FRACTION * im.n_steps):
+        return []
     if top_share > IMBALANCE_MAX_TOP_SHARE or rho > IMBALANCE_MAX_RHO:
         return []
-    a, b = float(tb[k]), float(st.times[-1])
-    lead = x.max(axis=0)
-    wait = float(np.mean((lead[None, :] - x) / np.where(lead > 0, lead, 1.0)))
-    slowdown = 100.0 * wait / max(1e-6, 1.0 - wait)
-    distinct = len(np.unique(np.argmax(x, axis=0)))
+    a, b = im.a, im.b
+    # Only the waiting beyond what healthy step-to-step jitter costs at this many ranks is the
+    # imbalance's: a balanced sampler removes that part, not the jitter.
+    jw = jitter_wait(w.world)
+    excess = max(0.0, wait - jw)
+    slowdown = 100.0 * excess / max(1e-6, 1.0 - wait)
     f = Finding(
         family="sequence_imbalance",
         category=JOB,
@@ -219,7 +261,7 @@ def detect_sequence_imbalance(w: JobWindow) -> list[Finding]:
         f"{st.source} dispersion across ranks",
         (a, b),
         round(disp, 4),
-        round(float(np.median(disp_b[:k])), 4) if k >= 3 else None,
+        round(im.disp_before, 4) if im.disp_before is not None else None,
         "median over steps of the ranks' mean absolute deviation of non-waiting share from "
         "the step's mean, relative; baseline: before the imbalance began",
         job=w.job,
@@ -249,11 +291,22 @@ def detect_sequence_imbalance(w: JobWindow) -> list[Finding]:
         "mean share of time a rank waited for the slowest rank (its tensor pipes idle)",
         job=w.job,
     )
+    e5 = f.add(
+        "waiting share from healthy jitter",
+        (a, b),
+        round(jw, 4),
+        HEALTHY_JITTER_SD,
+        f"the waiting a balanced {w.world}-rank job has anyway when each rank's compute varies "
+        f"{HEALTHY_JITTER_SD:.0%} step to step (baseline: that jitter); only waiting beyond it "
+        "is the imbalance's",
+        job=w.job,
+    )
     f.summary = (
         f"From {hhmmss(a)} the slowest rank changed from step to step: {distinct} of "
         f"{w.world} ranks took turns [{e2}], rank order between consecutive steps was "
         f"uncorrelated (ρ={rho:.2f}) [{e3}], and ranks waited {wait:.0%} of the time for "
-        f"the slowest one [{e4}]."
+        f"the slowest one [{e4}], {wait - jw:.0%} more than healthy step-to-step jitter costs "
+        f"at {w.world} ranks ({jw:.0%}) [{e5}]."
     )
     f.explanation = (
         f"Ranks' non-waiting share deviated by {disp:.1%} from the step's mean [{e1}] while "
@@ -263,7 +316,7 @@ def detect_sequence_imbalance(w: JobWindow) -> list[Finding]:
     )
     f.confidence = round(float(min(0.95, 0.6 + disp * 2 + (0.5 - top_share) * 0.3)), 2)
     f.slowdown_pct = round(slowdown, 1)
-    f.gpu_hours_lost = gpu_hours(w.world, (b - a) * wait)
+    f.gpu_hours_lost = gpu_hours(w.world, (b - a) * excess)
     return [f]
 
 
