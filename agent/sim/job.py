@@ -108,7 +108,7 @@ class JobPlan:
     # percent", see docs/detectors.md "Materiality".
     compute_jitter: float = 0.008
     # Persistent per-rank speed offset (sd): GPU-to-GPU variation of sustained clocks.
-    rank_offset_sd: float = 0.004
+    rank_offset_sd: float = 0.012
     samples_per_epoch: float = 5e6
     rerun_of: str | None = None
     cancel_at: float | None = None
