@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import time
+import zlib
 from dataclasses import dataclass
 
 FRAMEWORKS: tuple[str, ...] = ("megatron", "hf_trainer", "torchtitan", "nanogpt")
@@ -120,46 +121,154 @@ class Megatron(Formatter):
         ]
 
 
+# tqdm's bar: 10 cells of eighths, as it draws them on a non-terminal.
+_TQDM_CELLS = " ▏▎▍▌▋▊▉█"
+
+
+def _tqdm_interval(seconds: float) -> str:
+    m, sec = divmod(int(seconds), 60)
+    h, m = divmod(m, 60)
+    return f"{h:d}:{m:02d}:{sec:02d}" if h else f"{m:02d}:{sec:02d}"
+
+
+def tqdm_bar(n: int, total: int, elapsed_s: float, s_per_it: float, label: str = "") -> str:
+    """One tqdm state: `` 33%|███▎      | 100/300 [00:02<00:03, 58.93it/s]``."""
+    frac = min(1.0, n / total) if total else 0.0
+    full, part = divmod(int(frac * 10 * 8), 8)
+    cells = "█" * full + (_TQDM_CELLS[part] if full < 10 else "")
+    cells = cells.ljust(10)
+    if s_per_it <= 0:
+        rate = "?it/s"
+        remaining = "?"
+    else:
+        rate = f"{1 / s_per_it:5.2f}it/s" if s_per_it <= 1 else f"{s_per_it:5.2f}s/it"
+        remaining = _tqdm_interval((total - n) * s_per_it)
+    head = f"{label}: " if label else ""
+    return (
+        f"{head}{frac * 100:3.0f}%|{cells}| {n}/{total} "
+        f"[{_tqdm_interval(elapsed_s)}<{remaining}, {rate}]"
+    )
+
+
+def _g4(x: float) -> str:
+    """transformers 5 prints logged floats as strings with 4 significant digits."""
+    return f"{x:.4g}"
+
+
 class HFTrainer(Formatter):
-    """Hugging Face Trainer: `{'loss': 1.3736, 'grad_norm': 3.41…, 'learning_rate': …, 'epoch': …}`."""
+    """Hugging Face Trainer: `{'loss': 1.3736, 'grad_norm': 3.41…, 'learning_rate': …, 'epoch': …}`.
+
+    Four real shapes (`variant`, drawn per job from its checkpoint directory when not given;
+    the real captures are in agent/tests/data/real/hf_trainer/):
+    0. transformers 4 at `--log_level info`: float values, "Saving model checkpoint to" lines.
+    1. transformers 5 at its default verbosity, in a Slurm log (stdout and stderr in one
+       file): values as strings (`'loss': '4.046'`), the tqdm bar `\r`-collapsed in front of
+       every metrics dict, a bar line at every save and a "Writing model shards" bar as the
+       only mark of the save; NaN losses are left out of the logged average (the Trainer's
+       default `logging_nan_inf_filter`), so a run of NaN steps prints `'loss': '0'` with
+       `'grad_norm': 'nan'`.
+    2. as 1, at `--log_level info`: the "Saving model checkpoint" lines as well.
+    3. transformers 4 with the bar in the same file: floats, bars glued to the dicts.
+    """
 
     name = "hf_trainer"
     log_interval = 10
+
+    def __init__(self, ckpt_dir: str, *, world_size: int, variant: int | None = None) -> None:
+        super().__init__(ckpt_dir, world_size=world_size)
+        v = zlib.crc32(ckpt_dir.encode()) % 4 if variant is None else variant
+        self.variant = v
+        self.strings = v in (1, 2)
+        self.bars = v != 0
+        self.info_lines = v != 1
+        self._t_start: float | None = None
+        self._last_bar: int | None = None
+        self._total = 0
+        self._s_per_it = 0.0
 
     @staticmethod
     def _stamp(ts: float) -> str:
         return f"{_utc(ts, '%Y-%m-%d %H:%M:%S')},{_ms(ts)}"
 
+    def _bar(self, n: int, ts: float) -> str:
+        elapsed = max(0.0, ts - (self._t_start if self._t_start is not None else ts))
+        return tqdm_bar(n, self._total, elapsed, self._s_per_it)
+
+    def _dict(self, d: dict[str, float]) -> str:
+        if not self.strings:
+            return repr(d)
+        return "{" + ", ".join(f"'{k}': '{_g4(v)}'" for k, v in d.items()) + "}"
+
     def step(self, s: StepLog) -> list[tuple[float, str]]:
+        loss, grad = s.loss, s.grad_norm
+        if self.strings and math.isnan(loss):
+            loss = 0.0  # every step of the window was NaN: the filtered average is 0
         d = {
-            "loss": round(s.loss, 4),
-            "grad_norm": s.grad_norm,
+            "loss": round(loss, 4),
+            "grad_norm": grad,
             "learning_rate": s.lr,
-            "epoch": round(s.epoch, 2),
+            "epoch": round(s.epoch, 4 if self.strings else 2),
         }
-        return [(s.ts, repr(d))]
+        if not self.bars:
+            return [(s.ts, repr(d))]
+        if self._t_start is None:
+            self._t_start = s.ts - s.step * s.step_time_s
+        self._total = s.total_steps
+        self._s_per_it = s.step_time_s
+        # What tqdm left on the line since the last newline: the redraw after the previous
+        # dict, a rate-limited state or two, the clearing before `tqdm.write`, then the dict.
+        prev = self._last_bar if self._last_bar is not None else s.step - self.log_interval
+        states = [prev, (prev + s.step) // 2, s.step - 1]
+        text = "".join(
+            "\r" + self._bar(n, s.ts - (s.step - n) * s.step_time_s)
+            for n in states
+            if 0 <= n < s.step
+        )
+        self._last_bar = s.step
+        return [(s.ts, text + "\r" + " " * 49 + "\r" + self._dict(d))]
 
     def ckpt_begin(self, ts: float, step: int) -> list[tuple[float, str]]:
-        return [
-            (
-                ts,
-                f"[INFO|trainer.py:3705] {self._stamp(ts)} >> Saving model checkpoint to "
-                f"{self.ckpt_dir}/checkpoint-{step}",
+        out: list[tuple[float, str]] = []
+        if self.bars and self._total:
+            # The bar's line ends when the save's own bar starts on the next one.
+            out.append((ts, "\r" + self._bar(step, ts)))
+            self._last_bar = step
+        if self.info_lines:
+            out.append(
+                (
+                    ts,
+                    f"[INFO|trainer.py:3705] {self._stamp(ts)} >> Saving model checkpoint to "
+                    f"{self.ckpt_dir}/checkpoint-{step}",
+                )
             )
-        ]
+        return out
 
     def ckpt_end(self, ts: float, step: int, seconds: float) -> list[tuple[float, str]]:
-        d = f"{self.ckpt_dir}/checkpoint-{step}"
-        return [
-            (
-                ts,
-                f"[INFO|configuration_utils.py:472] {self._stamp(ts)} >> Configuration saved in {d}/config.json",
-            ),
-            (
-                ts,
-                f"[INFO|modeling_utils.py:2702] {self._stamp(ts)} >> Model weights saved in {d}/model.safetensors",
-            ),
-        ]
+        out: list[tuple[float, str]] = []
+        if self.bars:
+            # The weights are written first, then the optimizer state: the shard bar's line
+            # ends inside the save.
+            wrote = max(0.001, 0.6 * seconds)
+            shard = (
+                "\r"
+                + tqdm_bar(0, 1, 0.0, 0.0, "Writing model shards")
+                + "\x1b[A\r"
+                + tqdm_bar(1, 1, wrote, wrote, "Writing model shards")
+            )
+            out.append((ts - seconds + wrote, shard))
+        if self.info_lines:
+            d = f"{self.ckpt_dir}/checkpoint-{step}"
+            out += [
+                (
+                    ts,
+                    f"[INFO|configuration_utils.py:472] {self._stamp(ts)} >> Configuration saved in {d}/config.json",
+                ),
+                (
+                    ts,
+                    f"[INFO|modeling_utils.py:2702] {self._stamp(ts)} >> Model weights saved in {d}/model.safetensors",
+                ),
+            ]
+        return out
 
     def finished(self, ts: float, s: StepLog, runtime_s: float) -> list[tuple[float, str]]:
         steps_per_s = s.step / max(runtime_s, 1e-9)
@@ -170,7 +279,13 @@ class HFTrainer(Formatter):
             "train_loss": s.loss,
             "epoch": round(s.epoch, 2),
         }
-        return [(ts, repr(d))]
+        if not self.bars:
+            return [(ts, repr(d))]
+        bar = self._bar(s.step, ts)
+        return [
+            (ts, "\r" + " " * 49 + "\r" + self._dict(d)),
+            (ts, "\r" + bar + "\r" + bar),
+        ]
 
 
 class Torchtitan(Formatter):
@@ -239,10 +354,15 @@ class NanoGPT(Formatter):
         return ts, f"step {step}: train loss {train_loss:.4f}, val loss {val_loss:.4f}"
 
 
-def make_formatter(name: str, ckpt_dir: str, *, world_size: int) -> Formatter:
+def make_formatter(
+    name: str, ckpt_dir: str, *, world_size: int, variant: int | None = None
+) -> Formatter:
+    """The formatter of framework `name`; `variant` picks one of its real output shapes
+    (HFTrainer's docstring lists them; None draws one per job from `ckpt_dir`)."""
+    if name == "hf_trainer":
+        return HFTrainer(ckpt_dir, world_size=world_size, variant=variant)
     cls = {
         "megatron": Megatron,
-        "hf_trainer": HFTrainer,
         "torchtitan": Torchtitan,
         "nanogpt": NanoGPT,
     }[name]

@@ -287,3 +287,135 @@ def test_deepspeed_engine_timer_and_checkpoints() -> None:
     assert at(f, 24).skipped_iters == 17
     # overflow, warning, per-file "[Torch] Saving/Saved" and loguru lines are kept unparsed
     assert {i for i, _ in parsed} == {3, 4, 6, 15, 24, 25}
+
+
+# --- real captures: tiny jobs run here under `proof-agent exec` (data/real/README.md) --------
+REAL = DATA / "real"
+
+
+def real_logs(name: str) -> list[tuple[str, str]]:
+    """(stream, line) of every log record of a real trace, in order, exactly as recorded."""
+    import gzip
+
+    out = []
+    with gzip.open(REAL / name, "rt") as fh:
+        for raw in fh:
+            rec = json.loads(raw)
+            if rec["type"] == "log":
+                out.append((rec["stream"], rec["line"]))
+    return out
+
+
+def real_line(name: str, contains: str, nth: int = 0) -> str:
+    found = [line for _, line in real_logs(name) if contains in line]
+    assert len(found) > nth, f"no line {nth} with {contains!r} in {name}"
+    return found[nth]
+
+
+def test_every_real_capture_is_covered_by_a_test() -> None:
+    present = {str(p.relative_to(REAL)) for p in REAL.rglob("*.jsonl.gz")}
+    assert present == {
+        "hf_trainer/healthy.jsonl.gz",
+        "hf_trainer/explode.jsonl.gz",
+        "hf_trainer/lr0.jsonl.gz",
+        "hf_trainer/nan.jsonl.gz",
+        "hf_trainer/merged_healthy.jsonl.gz",
+        "hf_trainer/merged_explode.jsonl.gz",
+        "lightning/rich_healthy.jsonl.gz",
+        "lightning/rich_explode.jsonl.gz",
+        "lightning/tqdm_healthy.jsonl.gz",
+        "lightning/tqdm_explode.jsonl.gz",
+    }
+
+
+def test_hf_trainer_5_prints_metric_values_as_strings() -> None:
+    p = parse_line(real_line("hf_trainer/healthy.jsonl.gz", "{'loss'"))
+    assert p is not None and (p.kind, p.framework) == ("progress", "hf_trainer")
+    assert (p.loss, p.grad_norm, p.lr, p.epoch, p.step) == (2.878, 1.345, 0.00291, 0.3125, None)
+    zero = parse_line(real_line("hf_trainer/lr0.jsonl.gz", "{'loss'"))
+    assert zero is not None and (zero.loss, zero.lr, zero.grad_norm) == (3.244, 0.0, 1.482)
+    done = parse_line(real_line("hf_trainer/healthy.jsonl.gz", "train_runtime"))
+    assert done is not None and done.kind == "completed"
+    assert (done.loss, done.epoch) == (0.5078, 9.375)
+
+
+def test_hf_trainer_nan_steps_print_loss_0_and_grad_norm_nan() -> None:
+    # logging_nan_inf_filter (on by default) leaves NaN losses out of the logged average.
+    lines = [ln for _, ln in real_logs("hf_trainer/nan.jsonl.gz") if ln.startswith("{'loss'")]
+    parsed = [parse_line(ln) for ln in lines]
+    assert len(parsed) == 30
+    first_bad = next(
+        i for i, p in enumerate(parsed) if p is not None and p.grad_norm != p.grad_norm
+    )
+    assert first_bad == 15  # step 160: the first window after the weights went NaN at 150
+    p = parsed[first_bad]
+    assert p is not None and p.loss == 0.0 and p.loss_is_finite
+    assert p.to_dict()["grad_norm_nonfinite"] == "nan" and "grad_norm" not in p.to_dict()
+    assert parsed[first_bad - 1] is not None and parsed[first_bad - 1].loss == 0.1922  # type: ignore[union-attr]
+
+
+def test_collapsed_bar_line_is_a_step_without_a_loss() -> None:
+    # stderr: every \r state of the bar from the last newline up to the save at step 100
+    line = real_line("hf_trainer/healthy.jsonl.gz", "100/300")
+    assert line.count("\r") > 20 and line.startswith("\r")
+    p = parse_line(line)
+    assert p is not None and (p.kind, p.framework) == ("progress", "hf_trainer")
+    assert (p.step, p.total_steps, p.loss, p.grad_norm, p.lr) == (100, 300, None, None, None)
+    assert p.iter_ms == pytest.approx(1000 / 101.17)
+    assert p.loss_is_finite and "loss_nonfinite" not in p.to_dict()
+    # the first bar state shares its line with a warning and has no rate yet: nothing to read
+    first = real_line("hf_trainer/healthy.jsonl.gz", "0/300 [00:00<?, ?it/s]")
+    assert parse_line(first) is None
+
+
+def test_writing_model_shards_bar_marks_the_save_at_the_last_step() -> None:
+    rows = real_logs("hf_trainer/healthy.jsonl.gz")
+    lp = LogParser()
+    saves = []
+    for _, line in rows:
+        p = lp.feed(line)
+        if p is not None and p.kind == "checkpoint_begin":
+            saves.append((p.step, p.path, p.framework))
+    assert saves == [
+        (100, None, "hf_trainer"),
+        (200, None, "hf_trainer"),
+        (300, None, "hf_trainer"),
+    ]
+    shard = real_line("hf_trainer/healthy.jsonl.gz", "Writing model shards")
+    assert "\x1b[A" in shard  # tqdm's cursor-up between the nested bar's two states
+
+
+def test_metrics_dict_glued_after_bar_text_in_a_merged_log() -> None:
+    # stdout and stderr in one file (as Slurm writes them): the bar runs on until the dict.
+    line = real_line("hf_trainer/merged_explode.jsonl.gz", "'loss': '5.377'")
+    assert line.startswith("\r  3%|") and "|" in line.split("{")[0]
+    p = parse_line(line)
+    assert p is not None and (p.kind, p.framework) == ("progress", "hf_trainer")
+    assert (p.loss, p.grad_norm, p.lr, p.epoch) == (5.377, 8.112, 0.76, 0.625)
+    assert p.step is None  # the bar in front lags the dict (rate-limited): not trusted
+    losses = [
+        q.loss
+        for _, ln in real_logs("hf_trainer/merged_explode.jsonl.gz")
+        if (q := parse_line(ln)) is not None and q.kind == "progress" and q.loss is not None
+    ]
+    assert len(losses) == 30 and losses[:5] == [3.466, 5.377, 12.41, 39.14, 121.6]
+    assert max(losses) == 1385.0
+
+
+def test_lightning_bars_as_a_non_terminal_gets_them() -> None:
+    tq = parse_line(real_line("lightning/tqdm_explode.jsonl.gz", "Epoch 4: 100%"))
+    assert tq is not None and (tq.kind, tq.framework, tq.epoch) == ("progress", "lightning", 4.0)
+    assert tq.loss is not None and tq.loss != tq.loss  # printed `nan.0`
+    assert tq.iter_ms == pytest.approx(1000 / 2.70)
+    ok = parse_line(real_line("lightning/tqdm_healthy.jsonl.gz", "Epoch 4: 100%"))
+    assert ok is not None and ok.loss == 0.607
+    rich = parse_line(real_line("lightning/rich_healthy.jsonl.gz", "Epoch 4/4"))
+    assert rich is not None and (rich.kind, rich.framework, rich.epoch) == (
+        "progress",
+        "lightning",
+        4.0,
+    )
+    assert rich.iter_ms == pytest.approx(1000 / 2.79)
+    assert rich.loss is None  # at 80 columns the value wrapped onto the next line
+    wide = "Epoch 4/4  ━━━━━━━━━━━━━━━━━ 32/32 0:00:11 • 0:00:00 2.79it/s train_loss_step: 0.607"
+    assert parse_line(wide) is not None and parse_line(wide).loss == 0.607  # type: ignore[union-attr]

@@ -21,8 +21,9 @@ EXPLODE_HOLD_RATIO = 1.5
 # A gradient norm printed non-finite (nan/inf) on 3 logged lines in a row (or on every line to
 # the end of the run, at least 2) is a divergence even when the printed loss looks fine: the
 # Hugging Face Trainer leaves non-finite losses out of the average it logs, so a run of NaN
-# steps prints `'loss': '0'` next to `'grad_norm': 'nan'`. One inf on its own is an fp16
-# overflow step that the loss scaler skipped, which healthy runs print.
+# steps prints `'loss': '0'` next to `'grad_norm': 'nan'` — that pair on one line is enough
+# (a real loss is never exactly 0 with NaN gradients). One inf on its own, next to a real
+# loss, is an fp16 overflow step that the loss scaler skipped, which healthy runs print.
 GRAD_NONFINITE_RUN = 3
 # The loss "drifted up" before exploding when the last point before the explosion is ≥ 10%
 # above the low; otherwise it blew up abruptly (the summary says which).
@@ -67,6 +68,8 @@ def _explosion(st: StepTable) -> tuple[int, str] | None:
         if not np.isfinite(x):
             return (i, LOSS_NONFINITE) if i > 0 else None
         if i > 0 and bad_grad[i]:
+            if x == 0.0:
+                return i, GRAD_NONFINITE  # every step of the window was NaN (see above)
             run = bad_grad[i : i + GRAD_NONFINITE_RUN]
             if run.all() and (len(run) == GRAD_NONFINITE_RUN or (i + len(run) == n > i + 1)):
                 return i, GRAD_NONFINITE
@@ -113,7 +116,7 @@ def _step_txt(st: StepTable, i: int) -> str:
     s = st.step[i]
     if np.isfinite(s):
         return f"step {int(s)}"
-    if st.epoch is not None and np.isfinite(st.epoch[i]):
+    if st.epoch is not None and np.isfinite(st.epoch[i]) and st.epoch[i] > 0:
         return f"the line logged at epoch {st.epoch[i]:g}"
     return "a logged step"
 
@@ -187,15 +190,16 @@ def detect_numerical_divergence(w: JobWindow) -> list[Finding]:
             (t_x, float(st.ts[k - 1])),
             "nan" if gv != gv else "inf",
             round(float(np.median(gfin)), 4) if len(gfin) else None,
-            f"gradient norm from {step_txt} on ({k - ix} logged lines in a row); baseline: "
+            f"gradient norm from {step_txt} on ({k - ix} logged line(s) in a row); baseline: "
             "its median before",
             job=w.job,
         )
         loss_cites.insert(0, e_g)
+        stayed = f" and stayed so on {k - ix} logged lines in a row" if k - ix > 1 else ""
         what = (
-            f"The gradient norm went non-finite at {step_txt} ({hhmmss(t_x)}) and stayed so "
-            f"on {k - ix} logged lines in a row [{e_g}]; the loss printed there was "
-            f"{_num(x)}, against a low of {_num(low)} before [{e1}]."
+            f"The gradient norm went non-finite at {step_txt} ({hhmmss(t_x)}){stayed} "
+            f"[{e_g}]; the loss printed there was {_num(x)}, against a low of {_num(low)} "
+            f"before [{e1}]."
         )
         if x == 0.0:
             what += (
