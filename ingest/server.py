@@ -202,14 +202,24 @@ class StorageWriter:
 def _parse_batch(raw: bytes, limits: Limits) -> Any:
     """Parse the wire bytes ourselves (the Stream method has no deserializer), so that bytes
     that are not a Batch are an INVALID_ARGUMENT naming the problem like any other bad batch."""
-    if len(raw) > limits.max_batch_bytes:
-        raise BatchRejected(
-            "oversized", f"batch is {len(raw)} bytes, over the limit of {limits.max_batch_bytes}"
-        )
     try:
-        return ingest_pb2.Batch.FromString(raw)
+        # Parsed even when over the limit (gRPC's own receive limit bounds it, at twice ours),
+        # so that the refusal names the batch's sequence and the agent can set that one aside.
+        batch = ingest_pb2.Batch.FromString(raw)
     except DecodeError as exc:
         raise BatchRejected("malformed", f"the message is not a valid Batch: {exc}") from None
+    if len(raw) > limits.max_batch_bytes:
+        raise _Oversized(
+            int(batch.sequence),
+            f"batch is {len(raw)} bytes, over the limit of {limits.max_batch_bytes}",
+        )
+    return batch
+
+
+class _Oversized(BatchRejected):
+    def __init__(self, sequence: int, message: str) -> None:
+        super().__init__("oversized", message)
+        self.sequence = sequence
 
 
 def service_handler(servicer: IngestServicer) -> grpc.GenericRpcHandler:
@@ -363,6 +373,7 @@ class IngestServicer(ingest_pb2_grpc.IngestServicer):
                         sequence = int(batch.sequence)
                         decoded = decode_batch(batch, self.limits, size=len(raw))
                     except BatchRejected as exc:
+                        sequence = getattr(exc, "sequence", sequence)
                         metrics.REJECTS.labels(exc.reason).inc()
                         events.put(("reject", sequence, exc.message))
                         return

@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import queue
 import random
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -32,6 +33,7 @@ from agent.wire import ingest_pb2, ingest_pb2_grpc
 log = logging.getLogger(__name__)
 
 REJECTED_SEQUENCE_KEY = "proof-rejected-sequence"
+_TOO_LARGE = re.compile(r"larger than max \((\d+) vs\. (\d+)\)")
 _END = object()
 _STREAM_METHOD = "/proof.ingest.v1.Ingest/Stream"
 
@@ -290,6 +292,34 @@ class BatchSender:
         if self.on_ack is not None:
             self.on_ack(ack)
 
+    def _refuse(self, seq: int, details: str) -> bool:
+        """The server refused batch `seq` for good: out of the window, to `on_reject`. False
+        when no such batch is unacked."""
+        refused: Any = None
+        with self._lock:
+            if seq in self._unacked:
+                refused = self._unacked.pop(seq)[0]
+                self._finish_attempts(seq)
+                self.stats.rejected.append((seq, details))
+                log.error("ingest rejected batch %s: %s", seq, details)
+                self._lock.notify_all()
+        if refused is None:
+            return False
+        if self.on_reject is not None:
+            self.on_reject(seq, details, _serialize_batch(refused))
+        return True
+
+    def _batch_of_size(self, details: str) -> int | None:
+        match = _TOO_LARGE.search(details)
+        if match is None:
+            return None
+        size = int(match.group(1))
+        with self._lock:
+            for seq in sorted(self._unacked):
+                if len(_serialize_batch(self._unacked[seq][0])) == size:
+                    return seq
+        return None
+
     def _note_refused_records(self, ack: Any) -> None:
         """Called with the lock held: count the records ingest refused alone; log it at most
         once per REFUSED_LOG_INTERVAL_S."""
@@ -320,22 +350,25 @@ class BatchSender:
             for key, value in exc.trailing_metadata() or ():  # type: ignore[attr-defined]
                 if key == REJECTED_SEQUENCE_KEY:
                     seq = int(value)
-            refused: Any = None
-            with self._lock:
-                if seq is not None and seq in self._unacked:
-                    refused = self._unacked.pop(seq)[0]
-                    self._finish_attempts(seq)
-                    self.stats.rejected.append((seq, str(details)))
-                    log.error("ingest rejected batch %s: %s", seq, details)
-                    self._lock.notify_all()
             if seq is None:  # not about one batch: resending would only repeat it
                 with self._lock:
                     self._fatal = ValueError(f"ingest refused the stream: {details}")
                     self._lock.notify_all()
                 return None
-            if self.on_reject is not None and refused is not None:
-                self.on_reject(seq, str(details), _serialize_batch(refused))
-            return True
+            if self._refuse(seq, str(details)):
+                return True
+            # A batch we no longer hold (or sequence 0: the server could not tell which):
+            # reconnect after the backoff, never in a tight loop.
+            log.warning("ingest refused a batch it did not name (%s): %s", seq, details)
+            return False
+        if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+            # gRPC itself refused a message over the server's receive limit ("Received message
+            # larger than max (N vs. M)"): the batch of N bytes would be refused every time.
+            seq = self._batch_of_size(str(details))
+            if seq is not None and self._refuse(
+                seq, f"over the server's message size limit: {details}"
+            ):
+                return True
         if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
             with self._lock:
                 self._fatal = PermissionError(f"ingest refused the agent token: {details}")

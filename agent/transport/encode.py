@@ -39,6 +39,12 @@ _JOB_TEXT_LIMITS = (
 )
 
 
+def _text_bytes(text: str) -> int:
+    """UTF-8 size of `text`, bounded from above without encoding it (3 bytes a character
+    covers the BMP, where progress bars' block characters are)."""
+    return len(text) if text.isascii() else 3 * len(text)
+
+
 def _as_dict(record: Any) -> Mapping[str, Any]:
     return record if isinstance(record, Mapping) else record.to_dict()
 
@@ -123,6 +129,9 @@ class BatchBuilder:
         self._batch = ingest_pb2.Batch()
         self.samples = 0
         self.records = 0
+        # What the records (not the samples) add to the batch, roughly in bytes: lets the sink
+        # cut a batch before it outgrows the server's max_batch_bytes.
+        self.record_bytes = 0
 
     def __len__(self) -> int:
         return self.samples + self.records
@@ -233,6 +242,7 @@ class BatchBuilder:
             if self.clean:
                 line = limits.clean_line(line)
             msg = batch.logs.add(ts_us=ts_us, line=line)
+            self.record_bytes += _text_bytes(line)
             msg.stream = self._s(self._id(rec.get("stream"), limits.MAX_STREAM_CHARS))
             self._identity(msg.identity, rec)
         elif rtype == "event":
@@ -242,6 +252,7 @@ class BatchBuilder:
             if event_value is not None and math.isfinite(float(event_value)):
                 msg.value = float(event_value)
             msg.text = self._text(rec.get("text") or "", limits.MAX_EVENT_TEXT_CHARS)
+            self.record_bytes += _text_bytes(msg.text)
             msg.labels.extend(self._labels(rec.get("labels")))
             self._identity(msg.identity, rec)
         elif rtype == "process":
@@ -252,6 +263,7 @@ class BatchBuilder:
             cmd = rec.get("cmd")
             cmd_text = shlex.join(cmd) if isinstance(cmd, list) else str(cmd or "")
             msg.cmd = self._text(cmd_text, limits.MAX_CMD_CHARS)
+            self.record_bytes += _text_bytes(msg.cmd)
         elif rtype == "exit":
             msg = batch.exits.add(ts_us=ts_us, exit_code=int(rec["exit_code"]))
             self._identity(msg.identity, rec)
@@ -260,6 +272,7 @@ class BatchBuilder:
         else:
             return  # unknown record types are ignored, never an error (DESIGN §5)
         self.records += 1
+        self.record_bytes += 48  # timestamps, identity and field tags
 
     def _add_job(self, ts_us: int, rec: Mapping[str, Any]) -> None:
         msg = self._batch.jobs.add(
@@ -284,6 +297,7 @@ class BatchBuilder:
                 msg.config_json = limits.config_json(rec["config"])
             else:
                 msg.config_json = json.dumps(rec["config"], sort_keys=True)
+            self.record_bytes += len(msg.config_json)
         for key in JOB_ATTRIBUTES:
             if rec.get(key) is not None:
                 attributes[key] = str(rec[key])

@@ -1,7 +1,9 @@
 """The runtime Sink that streams to ingest (`proof-agent run --server HOST:PORT --token T`).
 
 `submit()` only encodes into the current batch; a batch is cut every `max_batch_samples`
-samples or at `flush()`, written to the on-disk spool (agent/spool.py) when there is one, and
+samples, when its records reach half the server's `max_batch_bytes` (Register says it; a tick
+with megabytes of job output becomes several batches, none the server would refuse), or at
+`flush()`, written to the on-disk spool (agent/spool.py) when there is one, and
 handed to a background thread that feeds the BatchSender. With a spool, batches survive agent
 restarts and long ingest outages, and are removed from disk only once acked; the spool's
 sequence numbers never repeat, so they are the batches' sequence numbers. Without one, a
@@ -39,6 +41,7 @@ from agent.transport.encode import BatchBuilder
 log = logging.getLogger(__name__)
 
 AGENT_ID_FILE = "agent_id"
+DEFAULT_MAX_BATCH_BYTES = 32 * 1024 * 1024  # ingest's default PROOF_INGEST_MAX_BATCH_BYTES
 
 
 class GrpcSink:
@@ -52,6 +55,7 @@ class GrpcSink:
         max_batch_samples: int = 50_000,
         max_memory_batches: int = 1000,
         dead_letter: DeadLetter | None = None,
+        max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES,
     ) -> None:
         self.sender = sender
         self.agent_id = agent_id
@@ -64,6 +68,8 @@ class GrpcSink:
         self.dead_letter = dead_letter
         self.builder = BatchBuilder(agent_id)
         self.max_batch_samples = max_batch_samples
+        self.max_batch_bytes = max_batch_bytes
+        self._record_budget = max(max_batch_bytes // 2, 4096)
         self.dropped_batches = 0
         # Spool drops already reported (log line + `spool_dropped` event in the next batch).
         self._reported_drops = spool.dropped_batches if spool is not None else 0
@@ -84,8 +90,13 @@ class GrpcSink:
 
     def submit(self, records: Sequence[Any]) -> None:
         with self._lock:
-            self.builder.extend(records)
-            if self.builder.samples >= self.max_batch_samples:
+            builder = self.builder
+            add = builder.add
+            for record in records:
+                add(record)
+                if builder.record_bytes >= self._record_budget:
+                    self._cut()
+            if builder.samples >= self.max_batch_samples:
                 self._cut()
 
     def flush(self) -> None:
@@ -332,8 +343,21 @@ def make_sink(
             # rather than have fresh batches mistaken for resends.
             (Path(spool_dir) / AGENT_ID_FILE).unlink(missing_ok=True)
             agent_id = _agent_id(spool_dir, {})
-        return GrpcSink(sender, agent_id, spool=spool)
-    return GrpcSink(sender, agent_id, first_sequence=int(reply.last_sequence) + 1)
+        return GrpcSink(sender, agent_id, spool=spool, max_batch_bytes=_batch_limit(reply))
+    return GrpcSink(
+        sender,
+        agent_id,
+        first_sequence=int(reply.last_sequence) + 1,
+        max_batch_bytes=_batch_limit(reply),
+    )
+
+
+def _batch_limit(reply: Any) -> int:
+    """The server's batch size limit from its Register reply (ingest's default when it has
+    not answered yet)."""
+    if reply is not None and int(reply.max_batch_bytes or 0) > 0:
+        return int(reply.max_batch_bytes)
+    return DEFAULT_MAX_BATCH_BYTES
 
 
 def _register_later(register: Any, max_delay: float = 60.0) -> None:
