@@ -18,11 +18,13 @@ from investigations.findings import INFRASTRUCTURE, Cleared, Finding, subject
 from investigations.store import SeriesData
 from investigations.window import JobWindow
 
-# A save must hold the whole job for at least 10 s *and* 20 training steps to count as a
-# stall: frameworks' synchronous saves to local NVMe take a few seconds, and a pause shorter
-# than ~20 steps is noise in a run's throughput.
+# A save must hold the whole job for at least 10 s *and* 5 training steps to count as a
+# stall: frameworks' synchronous saves to local NVMe take a few seconds, and a pause of a few
+# steps is noise in a run's throughput. Whether the stalls matter is the materiality rules'
+# call (saves ≥ 5% of the wall time, slowdown ≥ 5%): a 55 s save every few minutes of a job
+# with 4 s steps is only 14 steps but costs a fifth of its time.
 MIN_STALL_S = 10.0
-MIN_STALL_STEPS = 20.0
+MIN_STALL_STEPS = 5.0
 # Saves must cost ≥ 5% of the job's wall time: below that, checkpointing is a normal overhead
 # (the usual guidance keeps checkpoint overhead at a few percent).
 MIN_LOST_FRACTION = 0.05
@@ -32,37 +34,50 @@ MIN_LOST_FRACTION = 0.05
 MIN_LATENCY_RATIO = 10.0
 
 
-def _all_idle(w: JobWindow) -> np.ndarray | None:
-    """(T,) samples where no rank launched a kernel (eBPF), or no rank's engine was active."""
+def _all_idle(w: JobWindow) -> tuple[np.ndarray, np.ndarray] | None:
+    """(T,) samples where no rank launched a kernel (eBPF), or no rank's engine was active, and
+    (T,) samples no rank reported at all (a collection gap: neither idle nor busy)."""
     launches = w.proc.get(signals.CUDA_LAUNCHES)
     if launches is not None and np.isfinite(launches).any():
-        # A sample no rank reported (a collection gap) is not counted as idle.
         reported = np.isfinite(launches).any(axis=0)
-        return (np.nan_to_num(launches, nan=0.0).max(axis=0) <= 0) & reported
+        return (np.nan_to_num(launches, nan=0.0).max(axis=0) <= 0) & reported, ~reported
     eng = w.gpu.get(signals.DCGM_FI_PROF_GR_ENGINE_ACTIVE)
     if eng is None:
         eng = w.gpu.get(signals.DCGM_FI_DEV_GPU_UTIL)
         if eng is None:
             return None
         eng = eng / 100.0
-    return np.nan_to_num(eng, nan=0.0).max(axis=0) < 0.05
+    reported = np.asarray(np.isfinite(eng).any(axis=0))
+    return np.asarray(np.nan_to_num(eng, nan=0.0).max(axis=0) < 0.05) & reported, ~reported
 
 
-def _stall_span(idle: np.ndarray, times: np.ndarray, begin: float, end: float) -> tuple[int, int]:
-    """The run of all-idle samples around a save [begin, end] (indices, end exclusive)."""
+def _stall_span(
+    idle: np.ndarray, gap: np.ndarray, times: np.ndarray, begin: float, end: float
+) -> tuple[int, int]:
+    """The run of all-idle samples around a save [begin, end] (indices, end exclusive).
+
+    A collection gap (the agent stalled) inside or at the edge of the save is bridged — the
+    save's log line may fall in it — but a stall starts and ends on measured idle samples."""
     i0 = int(np.searchsorted(times, begin))
     i1 = int(np.searchsorted(times, end))
     i0 = min(max(i0, 0), len(times) - 1)
     i1 = min(max(i1, i0 + 1), len(times))
-    seg = np.flatnonzero(idle[i0:i1])
+    known = idle | gap
+    seg = np.flatnonzero(known[i0:i1])
     if not len(seg):
         return i0, i0
     a = i0 + int(seg[0])
     b = i0 + int(seg[-1]) + 1
-    while a > 0 and idle[a - 1]:
+    while a > 0 and known[a - 1]:
         a -= 1
-    while b < len(idle) and idle[b]:
+    while b < len(known) and known[b]:
         b += 1
+    while a < b and gap[a]:
+        a += 1
+    while b > a and gap[b - 1]:
+        b -= 1
+    if not idle[a:b].any():
+        return i0, i0
     return a, b
 
 
@@ -105,9 +120,10 @@ def _mount_series(
 def detect_checkpoint_stall(w: JobWindow) -> list[Finding]:
     if w.meta.kind == "inference" or not w.checkpoints:
         return []
-    idle = _all_idle(w)
-    if idle is None:
+    got = _all_idle(w)
+    if got is None:
         return []
+    idle, gap = got
     steps = w.steps
     step_s = float("nan")
     if len(steps) >= 3:
@@ -127,7 +143,7 @@ def detect_checkpoint_stall(w: JobWindow) -> list[Finding]:
         end = c.end if c.end is not None else c.begin
         if begin is None or end is None:
             continue
-        a, b = _stall_span(idle, w.times, begin - 2 * w.dt, end + 2 * w.dt)
+        a, b = _stall_span(idle, gap, w.times, begin - 2 * w.dt, end + 2 * w.dt)
         if b - a <= 0:
             continue
         dur = (b - a) * w.dt

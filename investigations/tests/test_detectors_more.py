@@ -193,3 +193,17 @@ def test_straggler_without_ebpf_falls_back_to_tensor_activity_and_says_so() -> N
     assert len(found) == 1 and found[0].subject["rank"] == 6
     verdict = build_verdicts(found, w)[0]
     assert "Could not see" in verdict["explanation"] and "eBPF" in verdict["explanation"]
+
+
+def test_checkpoint_stall_bridges_a_collection_gap_over_the_save_line() -> None:
+    """The agent lost samples just as a save began (its one log line falls in the gap): the
+    stall is still found, starting on the first measured idle sample."""
+    w = _checkpoint_window(40, slow_storage=True)
+    launches = w.proc[signals.CUDA_LAUNCHES]
+    launches[:, 97:104] = np.nan  # no rank reported from 97 s to 103 s
+    w.checkpoints = [Checkpoint(c.begin, c.begin, c.path, c.step) for c in w.checkpoints]
+    found = detect_checkpoint_stall(w)
+    assert len(found) == 1
+    first = found[0].evidence[0]
+    assert first.interval[0] == T0 + 104  # measured idleness starts the stall, not the gap
+    assert 35_000 <= first.observed <= 40_000  # ms: the rest of the 40 s save
