@@ -1,8 +1,8 @@
 """One recorded run per workload program, shared by every test that asserts on it.
 
-Each fixture runs its program once per session under `proof-agent exec --out` and analyzes
-the trace with `proof analyze --json` (workloads.harness); the tests then assert several
-things on the same run. The commands are those of docs/workloads.md.
+Each fixture runs its program (workloads.runs.RECORDED) once per session under
+`proof-agent exec --out` and analyzes the trace with `proof analyze --json`
+(workloads.harness); the tests then assert several things on the same run.
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from workloads.harness import Run, program, record_exec, torchrun
+from workloads.harness import Run, record_exec
+from workloads.runs import RECORDED
 
 WORKLOAD_MODULES = ("torch", "transformers", "lightning")
 
@@ -32,59 +33,56 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("workloads")
 
 
-def _record(workdir: Path, name: str, argv: list[str], timeout: float = 300.0) -> Run:
-    return record_exec(name, argv, workdir, timeout=timeout)
+def _record(workdir: Path, name: str) -> Run:
+    spec = RECORDED[name]
+    return record_exec(name, spec.argv(workdir), workdir, timeout=spec.timeout_s)
 
 
 @pytest.fixture(scope="session")
 def hf_healthy(workdir: Path) -> Run:
-    out = workdir / "hf-healthy-out"
-    return _record(workdir, "hf-healthy", program("hf_trainer", "--out-dir", str(out)))
+    return _record(workdir, "hf-healthy")
 
 
 @pytest.fixture(scope="session")
 def hf_lr0(workdir: Path) -> Run:
-    out = workdir / "hf-lr0-out"
-    return _record(workdir, "hf-lr0", program("hf_trainer", "--out-dir", str(out), "--lr", "0"))
+    return _record(workdir, "hf-lr0")
 
 
 @pytest.fixture(scope="session")
 def hf_exploding(workdir: Path) -> Run:
-    out = workdir / "hf-exploding-out"
-    argv = program("hf_trainer", "--out-dir", str(out), "--lr", "4")
-    argv += ["--warmup-steps", "100", "--max-grad-norm", "0"]
-    return _record(workdir, "hf-exploding", argv)
+    return _record(workdir, "hf-exploding")
 
 
 @pytest.fixture(scope="session")
 def lightning_healthy(workdir: Path) -> Run:
-    out = workdir / "pl-healthy-out"
-    return _record(workdir, "lightning-healthy", program("lightning_run", "--out-dir", str(out)))
+    return _record(workdir, "lightning-healthy")
 
 
 @pytest.fixture(scope="session")
 def lightning_lr0(workdir: Path) -> Run:
-    out = workdir / "pl-lr0-out"
-    argv = program("lightning_run", "--out-dir", str(out), "--lr", "0")
-    return _record(workdir, "lightning-lr0", argv)
+    return _record(workdir, "lightning-lr0")
 
 
 @pytest.fixture(scope="session")
 def torch_healthy(workdir: Path) -> Run:
-    return _record(workdir, "torch-healthy", program("torch_loop"))
+    return _record(workdir, "torch-healthy")
 
 
 @pytest.fixture(scope="session")
 def torch_nan(workdir: Path) -> Run:
-    return _record(workdir, "torch-nan", program("torch_loop", "--nan-at-step", "150"))
+    return _record(workdir, "torch-nan")
 
 
 @pytest.fixture(scope="session")
 def ddp_healthy(workdir: Path) -> Run:
-    return _record(workdir, "ddp-healthy", torchrun(2, "ddp_gloo"))
+    return _record(workdir, "ddp-healthy")
+
+
+@pytest.fixture(scope="session")
+def ddp4_healthy(workdir: Path) -> Run:
+    return _record(workdir, "ddp4-healthy")
 
 
 @pytest.fixture(scope="session")
 def ddp_rank_stops(workdir: Path) -> Run:
-    argv = torchrun(2, "ddp_gloo", "--stop-rank", "1", "--stop-at-step", "100", "--timeout-s", "20")
-    return _record(workdir, "ddp-rank-stops", argv, timeout=240.0)
+    return _record(workdir, "ddp-rank-stops")

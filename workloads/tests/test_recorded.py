@@ -132,6 +132,16 @@ def test_torchrun_two_ranks_healthy_is_one_job_with_both_ranks(ddp_healthy: Run)
     assert job_field(job, "world_size") == 2, job
 
 
+def test_torchrun_four_ranks_healthy(ddp4_healthy: Run) -> None:
+    run = ddp4_healthy
+    assert run.rc == 0, run.describe()
+    assert run.output_has("training completed: 100 steps on 4 ranks")
+    assert run.families == [], run.describe()
+    job = only_job(run)
+    assert sorted(job_field(job, "ranks") or []) == [0, 1, 2, 3], job
+    assert job_field(job, "world_size") == 4 and job_field(job, "state") == "completed", job
+
+
 def test_torchrun_rank_that_never_reaches_the_all_reduce(ddp_rank_stops: Run) -> None:
     """Gloo on CPU: rank 1 stops before step 100's all-reduce; rank 0 times out after 20 s
     and torchrun tears the job down. `collective_hang` needs kernel launches (eBPF on
@@ -166,6 +176,7 @@ def test_torchrun_rank_that_never_reaches_the_all_reduce(ddp_rank_stops: Run) ->
         "torch_healthy",
         "torch_nan",
         "ddp_healthy",
+        "ddp4_healthy",
         "ddp_rank_stops",
     ],
 )
