@@ -115,10 +115,12 @@ def truncate(text: str, limit: int) -> str:
     """`text` cut to at most `limit` characters, its end replaced by `…[truncated N chars]`."""
     if len(text) <= limit:
         return text
-    widest = len(f"…[truncated {len(text)} chars]")
-    keep = max(limit - widest, 0)
-    marker = f"…[truncated {len(text) - keep} chars]"
-    return (text[:keep] + marker)[:limit]
+    # The marker's length depends on N's digits, and N on the marker's length: try each width.
+    for digits in range(len(str(len(text))), 0, -1):
+        keep = max(limit - len("…[truncated  chars]") - digits, 0)
+        if len(str(len(text) - keep)) == digits:
+            break
+    return (text[:keep] + f"…[truncated {len(text) - keep} chars]")[:limit]
 
 
 def clean_text(text: str, limit: int) -> str:

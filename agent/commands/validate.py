@@ -1,7 +1,10 @@
 """`proof-agent validate TRACE`: check a trace against format v1 (DESIGN §5).
 
 Prints the meta line, the count of records per type and every problem with its line number;
-exits 1 when there is any problem, 0 otherwise.
+exits 1 when there is any problem, 0 otherwise. A record that breaks a limit of agent/limits.py
+(a NUL, a line over 16384 characters, a GPU id over 96, …) is a problem too — the same rules
+the agent cleans to and ingest checks — but it is counted with its type (readers take it,
+cleaned), and the summary says how many were cleaned.
 """
 
 from __future__ import annotations
@@ -44,5 +47,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"{rtype}: {count}")
     if report.problem_count > MAX_KEPT_PROBLEMS and not quiet:
         print(f"(only the first {MAX_KEPT_PROBLEMS} problems were kept)", file=sys.stderr)
+    if report.cleaned:
+        print(f"cleaned: {report.cleaned} (records over a limit; read on cleaned)")
     print(f"problems: {report.problem_count}")
     return 0 if report.ok else 1

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from agent import signals
+from agent import limits, signals
 from agent.collectors.logtail import LogTailCollector, TailSpec
 from agent.trace import check_record
 
@@ -180,3 +180,20 @@ def test_add_slurm_stdout_path_reads_it_from_start(tmp_path: Path) -> None:
     assert len(recs) == 1
     assert recs[0]["job"] == "99" and recs[0]["rank"] == 3 and recs[0]["step"] == 10
     assert recs[0]["parsed"]["loss"] == 2.5
+
+
+def test_nul_bytes_invalid_utf8_and_a_26_kb_line_are_cleaned_at_collection(
+    tmp_path: Path,
+) -> None:
+    log = tmp_path / "job.log"
+    log.write_bytes(b"")
+    col = LogTailCollector([TailSpec(str(log), job="dirty")])
+    col.collect(0.0)
+    with open(log, "ab") as fh:  # printf 'x\n\x00\x00 corrupted\n' >> job.log
+        fh.write(b"x\n\x00\x00 corrupted\nbad \xff utf-8\n" + b"B" * 26_498 + b"\n")
+    recs = col.collect(1.0)
+    lines = lines_of(recs)
+    assert lines[:3] == ["x", "\ufffd\ufffd corrupted", "bad \ufffd utf-8"]
+    assert len(lines[3]) == limits.MAX_LOG_LINE_CHARS and "…[truncated " in lines[3]
+    for r in recs:
+        assert check_record(r) is None and "\x00" not in r["line"]

@@ -179,3 +179,33 @@ def test_concurrent_append_and_ack(tmp_path: Path) -> None:
     assert spool.pending_batches == 0 and spool.dropped_batches == 0
     spool.close()
     assert len(list(tmp_path.glob("*.seg"))) <= 1
+
+
+def test_dead_letter_keeps_refused_batches_with_their_reason_capped(tmp_path: Path) -> None:
+    from agent.spool import DeadLetter
+    from agent.trace import validate_trace
+    from agent.transport.decode import write_trace
+    from agent.transport.encode import BatchBuilder
+
+    builder = BatchBuilder("dl-agent")
+    builder.add({"type": "log", "ts": 1767225600.0, "line": "hello", "node": "n1"})
+    builder.add({"type": "sample", "ts": 1767225600.0, "name": "x", "value": 1.0, "node": "n1"})
+    data = builder.build_bytes(7)
+    dead = DeadLetter(tmp_path / "dl", max_batches=2, render=write_trace)
+    path = dead.add(7, data, "batch 7 rejected: over the limit", agent_id="dl-agent")
+    assert path is not None and path.read_bytes() == data
+    (entry,) = dead.entries()
+    assert entry["sequence"] == 7 and entry["reason"] == "batch 7 rejected: over the limit"
+    assert entry["agent_id"] == "dl-agent" and entry["bytes"] == len(data)
+    report = validate_trace(tmp_path / "dl" / entry["trace_file"])
+    assert report.ok and report.counts == {"log": 1, "sample": 1}
+    assert report.meta is not None and report.meta["dead_letter"]["sequence"] == 7
+    dead.add(8, b"x" * 10, "r8")
+    dead.add(9, b"y" * 10, "r9")  # over max_batches: the oldest goes, counted
+    assert [e["sequence"] for e in dead.entries()] == [8, 9]
+    assert dead.read(7) is None and dead.read(9) == b"y" * 10
+    again = DeadLetter(tmp_path / "dl")  # the counts survive a restart
+    assert again.stats() == {"batches": 2, "bytes": 20, "added": 3, "dropped": 1}
+    memory = DeadLetter(None, max_batches=1)
+    assert memory.add(1, b"a", "r") is None and memory.add(2, b"b", "r") is None
+    assert [e["sequence"] for e in memory.entries()] == [2] and memory.dropped == 1

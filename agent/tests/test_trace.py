@@ -325,3 +325,42 @@ def test_validate_command(tmp_path: Path) -> None:
     assert run.returncode == 1
     assert "line 10: invalid JSON" in run.stderr and "at character 2" in run.stderr
     assert "problems: 1" in run.stdout
+
+
+def test_records_over_a_limit_are_reported_with_their_line_and_read_cleaned(
+    tmp_path: Path,
+) -> None:
+    """The limits of agent/limits.py, as the reader (validate, replay) applies them."""
+    meta = {"type": "meta", "format": "proof-trace", "version": 1}
+    long_gpu = "GPU-" + "c" * 196
+    records = [
+        {"type": "log", "ts": T0, "line": "x" * 26_498},  # 2
+        {"type": "log", "ts": T0, "line": "\x00\x00 corrupted", "stream": "stderr"},  # 3
+        {"type": "sample", "ts": T0, "name": "x", "value": 1.0, "gpu": long_gpu},  # 4
+        {"type": "sample", "ts": T0, "name": "x", "value": 2.0, "labels": {"k": "v\x00"}},  # 5
+        {"type": "job", "ts": T0, "job": "j", "config": {"lr": "1\x00"}},  # 6
+        {"type": "log", "ts": T0, "line": "fine"},  # 7
+    ]
+    path = tmp_path / "dirty.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in [meta, *records]) + "\n")
+    reader = TraceReader(path)
+    got = list(reader)
+    assert len(got) == 6 and reader.cleaned == 5
+    assert sorted({p.line for p in reader.problems}) == [2, 3, 4, 5, 6]
+    by_line = {p.line: p.message for p in reader.problems}
+    assert "'line': 26498 characters, over the limit of 16384" in by_line[2]
+    assert "NUL character" in by_line[3]
+    assert "identity key 'gpu': 200 characters, over the limit of 96" in by_line[4]
+    assert len(got[0]["line"]) == 16384 and "…[truncated " in got[0]["line"]
+    assert got[1]["line"] == "\ufffd\ufffd corrupted"
+    assert len(got[2]["gpu"]) == 96 and got[3]["labels"] == {"k": "v\ufffd"}
+    assert got[4]["config"] == {"lr": "1\ufffd"} and got[5]["line"] == "fine"
+    run = subprocess.run(
+        [sys.executable, "-m", "agent.cli", "validate", str(path)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert run.returncode == 1
+    assert "line 2: log record: 'line': 26498 characters" in run.stderr
+    assert "log: 3" in run.stdout and "sample: 2" in run.stdout and "cleaned: 5" in run.stdout

@@ -81,6 +81,7 @@ class TraceReader:
         self.problem_count = 0
         self.counts: Counter[str] = Counter()
         self.lines_read = 0
+        self.cleaned = 0  # valid records that broke a limit, reported and read on cleaned
         self._started = False
 
     def _problem(self, line: int, message: str) -> None:
@@ -163,8 +164,11 @@ class TraceReader:
                             )
                             continue
                         last_ts = ts
-                    for message in clean_record(obj):
-                        self._problem(lineno, message)
+                    cleaned = clean_record(obj)
+                    if cleaned:
+                        self.cleaned += 1
+                        for message in cleaned:
+                            self._problem(lineno, message)
                     self.counts[obj["type"]] += 1
                     yield obj
             except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
@@ -181,6 +185,7 @@ class ValidationReport:
     counts: dict[str, int] = field(default_factory=dict)
     problems: list[Problem] = field(default_factory=list)
     problem_count: int = 0
+    cleaned: int = 0
 
     @property
     def ok(self) -> bool:
@@ -205,4 +210,5 @@ def validate_trace(
         counts=dict(reader.counts),
         problems=list(reader.problems),
         problem_count=reader.problem_count,
+        cleaned=reader.cleaned,
     )

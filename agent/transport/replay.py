@@ -8,6 +8,11 @@ Time: ingest accepts samples from the last PROOF_INGEST_MAX_AGE_S (7 days) up to
 ahead, and recorded traces are usually older, so timestamps are moved by one constant offset:
 at --speed 1 (or slower) the trace starts now and plays like a live agent; faster, or as fast
 as possible, it is placed to end now. --keep-time sends the original times.
+
+Dirty records: the trace reader reports a record that breaks a limit of agent/limits.py (a NUL,
+a 26 KB line, a GPU id over 96 characters) and hands it on cleaned, and the encoder cleans the
+rest the same way, so a replayed trace is never refused for a limit; the summary says how many
+records were cleaned (`proof-agent validate TRACE` lists them with their line numbers).
 """
 
 from __future__ import annotations
@@ -34,6 +39,8 @@ class ReplayReport:
     rejected: list[tuple[int, str]] = field(default_factory=list)
     duplicates: int = 0
     problems: int = 0
+    cleaned: int = 0  # records over a limit, sent cleaned
+    records_refused: int = 0  # records ingest refused alone (their batches stored)
     elapsed_s: float = 0.0
 
 
@@ -109,7 +116,9 @@ def replay(
         builder.add(rec)
     cut()
     sender.flush(flush_timeout)
-    report.problems = reader.problem_count if hasattr(reader, "problem_count") else 0
+    report.problems = reader.problem_count
+    report.cleaned = reader.cleaned
+    report.records_refused = sender.stats.records_refused
     report.dropped_non_finite = builder.dropped
     report.rejected = list(sender.stats.rejected)
     report.duplicates = sender.stats.duplicates
@@ -161,6 +170,14 @@ def run(args: argparse.Namespace) -> int:
         f"{report.records} other records in {report.elapsed_s:.1f} s ({rate:,.0f} samples/s); "
         f"time offset {report.offset_s:+.0f} s; {report.duplicates} duplicates"
     )
+    if report.problems:
+        print(
+            f"  {report.problems} problem(s) in the trace ({report.cleaned} record(s) over a "
+            f"limit sent cleaned); `proof-agent validate {args.trace}` lists them",
+            file=sys.stderr,
+        )
+    if report.records_refused:
+        print(f"  ingest refused {report.records_refused} record(s) alone", file=sys.stderr)
     for seq, why in report.rejected:
         print(f"  batch {seq} rejected: {why}", file=sys.stderr)
     return 1 if report.rejected else 0

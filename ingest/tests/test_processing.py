@@ -5,12 +5,14 @@ whole (not a Batch, sizes, counts, span, nothing usable in it)."""
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import numpy as np
 import pytest
 
 from agent import limits, signals
 from agent.transport.encode import BatchBuilder
+from ingest import models
 from ingest.processing import BatchRejected, DecodedBatch, Limits, decode_batch
 from ingest.tests.helpers import gpu_batch
 
@@ -196,3 +198,20 @@ def test_a_batch_of_nothing_but_bad_records_is_refused_whole() -> None:
     bad = [{"type": "log", "ts": time.time(), "line": "a\x00", "node": "n1"}]
     err = reject(raw_batch(bad, with_samples=False))
     assert err.reason == limits.NUL and "no record of the batch is usable" in err.message
+
+
+def test_limits_agree_with_ingest_columns() -> None:
+    def size(model: Any, name: str) -> int:
+        return int(model._meta.get_field(name).max_length)
+
+    assert size(models.Node, "hostname") == limits.MAX_NODE_CHARS
+    assert limits.MAX_GPU_CHARS == size(models.Gpu, "uuid") == size(models.Series, "gpu")
+    assert limits.MAX_GPU_CHARS == size(models.Event, "gpu") == size(models.Process, "gpu")
+    assert limits.MAX_JOB_CHARS == size(models.Job, "job_id") == size(models.Job, "rerun_of")
+    assert size(models.Series, "name") == limits.MAX_SIGNAL_NAME_CHARS
+    assert size(models.Event, "name") == limits.MAX_EVENT_NAME_CHARS
+    assert size(models.LogLine, "stream") == limits.MAX_STREAM_CHARS
+    assert size(models.BatchReceipt, "agent_id") == limits.MAX_AGENT_ID_CHARS
+    assert size(models.Job, "kind") == limits.MAX_JOB_KIND_CHARS
+    assert size(models.Job, "name") == limits.MAX_JOB_NAME_CHARS
+    assert size(models.Job, "scheduler") == limits.MAX_SCHEDULER_CHARS

@@ -115,3 +115,40 @@ def test_proof_replay_command_reports_refused_token(trace: Path) -> None:
         server.stop(grace=1)
     assert proc.returncode == 1
     assert "refused the agent token" in proc.stderr
+
+
+def test_replay_of_a_dirty_trace_sends_it_cleaned(tmp_path: Path) -> None:
+    import json
+    import time
+
+    from ingest.models import LogLine
+    from tenants.context import tenant_context
+
+    now = time.time()
+    records = [
+        {"type": "meta", "format": "proof-trace", "version": 1},
+        {"type": "log", "ts": now, "line": "x" * 26_498, "node": "n1"},
+        {"type": "log", "ts": now, "line": "\x00\x00 corrupted", "node": "n1"},
+        {"type": "sample", "ts": now, "name": "x", "value": 1.0, "gpu": "GPU-" + "d" * 196},
+    ]
+    path = tmp_path / "dirty.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    services.clear_caches()
+    tenant = make_tenant("replay-dirty")
+    _, token = tenant_services.do_create_agent_token(tenant.operator.pk, name="replay")
+    server = IngestServer("127.0.0.1", 0, writers=2)
+    port = server.start()
+    try:
+        sender = BatchSender(open_channel(f"127.0.0.1:{port}"), token)
+        report = replay(str(path), sender, agent_id="replay-dirty", keep_time=True)
+        sender.close()
+    finally:
+        server.stop(grace=1)
+    assert report.rejected == [] and report.records_refused == 0
+    assert report.cleaned == 3 and report.problems == 3 and report.samples == 1
+    with tenant_context(tenant.operator.pk):
+        lines = sorted(
+            LogLine.objects.for_tenant(tenant.operator.pk).values_list("line", flat=True)  # type: ignore[attr-defined]
+        )
+    assert len(lines) == 2 and "\ufffd\ufffd corrupted" in lines
+    assert any(len(line) == 16384 and "…[truncated " in line for line in lines)
