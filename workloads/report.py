@@ -32,7 +32,10 @@ def row(spec: RecordedRun, run: Run) -> str:
     said = run.analysis.said() if run.analysis else f"(no trace; exit {run.rc})"
     jobs = run.jobs
     seen = (
-        "; ".join(f"{j.get('job')} ranks {j.get('ranks')} {j.get('state')}" for j in jobs)
+        "; ".join(
+            f"{str(j.get('job')).split('-')[0]}-…, ranks {j.get('ranks')}, {j.get('state')}"
+            for j in jobs
+        )
         if jobs
         else "no job"
     )

@@ -8,7 +8,7 @@
         --worker-cgroup /sys/fs/cgroup/cpu/starved                            # starved loader
 
 Prints `iter N: loss X, time Yms` every `--log-every` steps and `saving checkpoint to PATH`
-before each save (as nanoGPT does). A checkpoint is the model and optimizer state plus
+before each save (as nanoGPT does), `checkpoint written in S s` after it. A checkpoint is the model and optimizer state plus
 `--ckpt-mib` of optimizer-sized padding, written with fsync so the save really waits for the
 disk — a real checkpoint is large next to the disk's bandwidth, a tiny model's is not.
 
@@ -132,7 +132,9 @@ def main(argv: list[str] | None = None) -> int:
             if ckpt_dir is not None and step % args.ckpt_every == 0:
                 path = ckpt_dir / "ckpt.pt"
                 print(f"saving checkpoint to {ckpt_dir}", flush=True)
+                t_save = time.perf_counter()
                 save_checkpoint(path, model, opt, step, args.ckpt_mib)
+                print(f"checkpoint written in {time.perf_counter() - t_save:.2f} s", flush=True)
                 t_last = time.perf_counter()
             if step >= args.steps:
                 break
