@@ -26,6 +26,7 @@ from tenants.testing import make_tenant
 from workloads import system
 from workloads.harness import PROOF_AGENT, analyze, program, torchrun
 from workloads.live import LiveJob, NodeAgent, evaluate_live, series
+from workloads.runs import RECORDED
 from workloads.tests.conftest import require_workload_packages
 
 pytestmark = [pytest.mark.workload, pytest.mark.django_db(transaction=True)]
@@ -92,6 +93,21 @@ def test_live_torch_loop_lr_zero_is_no_learning(
     assert job.families == ["no_learning"], job.said()
     assert job.incidents[0]["category"] == "job"
     assert _offline_families(agent) == {job.job_id: ["no_learning"]}
+
+
+def test_live_hf_trainer_exploding_lr_is_divergence(
+    ingest_server: IngestServer, tmp_path: Path
+) -> None:
+    op, token = _tenant("wl-live-hfx")
+    argv = RECORDED["hf-exploding"].argv(tmp_path)
+    with NodeAgent(tmp_path / "agent", ingest_server.port, token) as agent:
+        run = agent.exec("hf-exploding", argv)
+    assert run.rc == 0, run.describe()
+    live = evaluate_live(op)
+    job = _one_job(live, agent)
+    assert job.families == ["numerical_divergence"], job.said()
+    assert job.incidents[0]["category"] == "job"
+    assert _offline_families(agent) == {job.job_id: ["numerical_divergence"]}
 
 
 def test_live_torchrun_per_rank_exec_is_one_job_of_two_ranks(
