@@ -345,21 +345,28 @@ def parse_logs(rows: list[LogRow]) -> tuple[StepTable, list[Checkpoint], list[Lo
     )
 
 
-# A metrics line and a progress-bar line printed within this many seconds of each other
-# describe the same step (the Trainer prints its metrics dict, then redraws its bar or starts
-# a save, whose newline ends the bar's \r-collapsed line).
-_EPOCH_PAIR_S = 2.0
-_EPOCH_RATIO_TOL = 0.03
+# A metrics line and the progress-bar line that ends just after it describe the same step:
+# the Trainer prints its metrics dict, then starts a save, whose newline ends the bar's
+# \r-collapsed line. Recorded gaps: 0–100 ms (agent/tests/data/real/); 0.5 s before to
+# 0.1 s after (the two streams are read apart) leaves room for a loaded machine, and a save
+# on a step that logged nothing is further from its last dict than that at any realistic
+# step time — and if not, the readings disagree and no step is given.
+_EPOCH_PAIR_BEFORE_S = 0.5
+_EPOCH_PAIR_AFTER_S = 0.1
+# Exact pairs agree to the epoch's printed precision (transformers 5: 4 significant digits).
+_EPOCH_RATIO_TOL = 0.005
 
 
 def _steps_from_epochs(arr: np.ndarray, end_epochs: list[tuple[float, float]]) -> None:
     """Give step numbers to metrics lines that print an epoch but no step (the Hugging Face
     Trainer's `{'loss': …, 'epoch': 3.125}`), in place.
 
-    The Trainer's epoch is global step ÷ steps per epoch. A progress bar (`100/300`) printed
-    within 2 s of a metrics line or of the run's final summary gives one reading of steps per
-    epoch; with readings that agree (within 3% of their median), each metrics line's step is
-    its epoch × that ratio, rounded. Without such a pair the steps stay unknown."""
+    The Trainer's epoch is global step ÷ steps per epoch. A progress bar (`100/300`) whose
+    line ends right after a metrics line or the run's final summary (≤ 0.5 s) gives one
+    reading of steps per epoch; with readings that agree (a majority within 0.5% of their
+    median), each metrics line's step is its epoch × that ratio, rounded — if that makes the
+    steps strictly increase (an epoch printed as `0.01` may not tell them apart). Otherwise
+    the steps stay unknown: no step rather than a wrong one."""
     ts, step, has_loss, epoch = arr[:, 0], arr[:, 1], arr[:, 6] > 0, arr[:, 7]
     need = has_loss & np.isnan(step) & np.isfinite(epoch) & (epoch > 0)
     bars = ~has_loss & np.isfinite(step) & (step > 0)
@@ -373,8 +380,10 @@ def _steps_from_epochs(arr: np.ndarray, end_epochs: list[tuple[float, float]]) -
         return
     ratios = []
     for t, s in zip(ts[bars], step[bars], strict=True):
-        j = int(np.argmin(np.abs(e_ts - t)))
-        if abs(e_ts[j] - t) <= _EPOCH_PAIR_S:
+        gap = e_ts - t  # negative: the metrics line came first
+        near = (gap >= -_EPOCH_PAIR_BEFORE_S) & (gap <= _EPOCH_PAIR_AFTER_S)
+        if near.any():
+            j = int(np.flatnonzero(near)[np.argmin(np.abs(gap[near]))])
             ratios.append(s / e_val[j])
     if not ratios:
         return
@@ -384,7 +393,10 @@ def _steps_from_epochs(arr: np.ndarray, end_epochs: list[tuple[float, float]]) -
     if good.sum() * 2 < len(r):
         return  # the readings disagree: better no step than a wrong one
     per_epoch = float(np.median(r[good]))
-    arr[need, 1] = np.rint(epoch[need] * per_epoch)
+    est = np.rint(epoch[need] * per_epoch)
+    if len(est) > 1 and not (np.diff(est) > 0).all():
+        return  # an epoch printed too coarsely (`0.01`) to tell logged steps apart
+    arr[need, 1] = est
 
 
 def _job_span(store: SignalStore, job: str) -> tuple[float, float]:

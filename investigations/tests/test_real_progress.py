@@ -129,3 +129,42 @@ def test_a_flat_rise_below_explosion_is_still_no_learning_with_a_positive_change
     exploding = np.concatenate([np.full(10, 5.0), 5.0 * 2.0 ** np.arange(1, 31)])
     w = window(steps=steps(exploding), state="completed")
     assert detect_no_learning(w) == []
+
+
+def _rows(lines: list[tuple[float, str]]) -> list[Any]:
+    from investigations.store import LogRow
+
+    return [LogRow(ts, "n1", 7, 0, "stdout", line) for ts, line in lines]
+
+
+def _dict(loss: float, epoch: float) -> str:
+    return f"{{'loss': '{loss}', 'grad_norm': '1.2', 'learning_rate': '0.001', 'epoch': '{epoch}'}}"
+
+
+def test_dict_steps_come_only_from_bars_that_end_right_after_a_dict() -> None:
+    from investigations.window import parse_logs
+
+    bar = "\r 33%|███▎      | {n}/300 [00:30<00:28,  1.00it/s]"
+    # 32 steps per epoch; logged every 10; saves at 100 (a logging step) and at 155 (not)
+    lines = [(1000.0 + k, _dict(3.0 - 0.01 * k, k / 32)) for k in range(10, 301, 10)]
+    lines += [(1100.05, bar.format(n=100)), (1155.0, bar.format(n=155))]
+    st = parse_logs(_rows(sorted(lines)))[0].with_loss()
+    assert st.step.tolist() == [float(k) for k in range(10, 301, 10)]
+    # only the off-step save: 5 s after its dict, no pair, no steps rather than wrong ones
+    lines = [ln for ln in lines if "100/300" not in ln[1]]
+    st = parse_logs(_rows(sorted(lines)))[0].with_loss()
+    assert np.isnan(st.step).all()
+    # two readings that disagree (a save 3 steps past a dict at fast steps): no steps either
+    lines += [(1200.05, bar.format(n=200)), (1250.05, bar.format(n=253))]
+    st = parse_logs(_rows(sorted(lines)))[0].with_loss()
+    assert np.isnan(st.step).all()
+
+
+def test_an_epoch_printed_too_coarsely_gives_no_steps() -> None:
+    from investigations.window import parse_logs
+
+    # transformers 4 rounds the epoch to 2 decimals: 10,000 steps per epoch, logged every 10
+    lines = [(1000.0 + k, _dict(3.0, round(k / 10000, 2))) for k in range(10, 301, 10)]
+    lines.append((1100.05, "\r 33%|███▎      | 100/300 [00:30<00:28,  1.00it/s]"))
+    st = parse_logs(_rows(sorted(lines)))[0].with_loss()
+    assert np.isnan(st.step).all()  # epochs 0.0, …, 0.01, 0.01, … cannot tell steps apart
