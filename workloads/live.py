@@ -167,6 +167,7 @@ class LiveJob:
     world_size: int | None
     exit_code: int | None
     nodes: list[str]
+    ranks: list[int]  # the job's ranks ingest stored (JobRank)
     families: list[str]
     incidents: list[dict[str, Any]] = field(default_factory=list)  # the stored verdicts
 
@@ -179,7 +180,7 @@ class LiveJob:
 def evaluate_live(operator_id: int) -> dict[str, LiveJob]:
     """Evaluate every due job of the operator as the live pipeline does; its jobs and
     incidents from the database, by job id."""
-    from ingest.models import Job
+    from ingest.models import Job, JobRank
     from investigations import selectors, services, tasks
     from investigations.models import Incident
     from tenants.context import tenant_context
@@ -196,12 +197,14 @@ def evaluate_live(operator_id: int) -> dict[str, LiveJob]:
             incidents = list(
                 Incident.objects.for_tenant(operator_id).filter(job=job).order_by("pk")
             )
+            ranks = JobRank.objects.for_tenant(operator_id).filter(job=job)
             out[job.job_id] = LiveJob(
                 job.job_id,
                 job.state,
                 job.world_size,
                 job.exit_code,
                 list(job.nodes or []),
+                sorted({int(r.rank) for r in ranks if r.rank is not None}),
                 sorted(i.family for i in incidents),
                 [i.verdict for i in incidents],
             )

@@ -49,6 +49,12 @@ def _tenant(slug: str) -> tuple[int, str]:
     return tenant.operator.pk, token
 
 
+def _report(live: dict[str, LiveJob]) -> None:
+    """What the live pipeline said, for the test log (`pytest -rP`) and docs/detectors.md."""
+    for job in live.values():
+        print(f"job {job.job_id} ({job.state}, world {job.world_size}): {job.said()}")
+
+
 def _one_job(live: dict[str, LiveJob], agent: NodeAgent) -> LiveJob:
     assert len(live) == 1, (
         f"expected one job in the database, found {sorted(live)}; agent log:\n{agent.output()}"
@@ -75,8 +81,9 @@ def test_live_hf_trainer_healthy_no_incident(ingest_server: IngestServer, tmp_pa
     assert run.rc == 0, run.describe()
     assert agent.rc == 0, agent.output()
     live = evaluate_live(op)
+    _report(live)
     job = _one_job(live, agent)
-    assert job.state == "completed", job
+    assert job.state == "completed" and job.ranks == [0], job
     assert job.families == [], job.said()
     assert _offline_families(agent) == {job.job_id: []}
 
@@ -89,6 +96,7 @@ def test_live_torch_loop_lr_zero_is_no_learning(
         run = agent.exec("torch-lr0", program("torch_loop", "--lr", "0"))
     assert run.rc == 0, run.describe()
     live = evaluate_live(op)
+    _report(live)
     job = _one_job(live, agent)
     assert job.families == ["no_learning"], job.said()
     assert job.incidents[0]["category"] == "job"
@@ -104,6 +112,7 @@ def test_live_hf_trainer_exploding_lr_is_divergence(
         run = agent.exec("hf-exploding", argv)
     assert run.rc == 0, run.describe()
     live = evaluate_live(op)
+    _report(live)
     job = _one_job(live, agent)
     assert job.families == ["numerical_divergence"], job.said()
     assert job.incidents[0]["category"] == "job"
@@ -125,13 +134,15 @@ def test_live_torchrun_per_rank_exec_is_one_job_of_two_ranks(
     ranks = {r.get("rank") for r in records if r.get("type") == "process"}
     assert ranks == {0, 1}, ranks
     live = evaluate_live(op)
+    _report(live)
     job = _one_job(live, agent)
     assert job.families == [], job.said()
     offline = analyze(agent.trace)
     assert [(j["job"], sorted(j["ranks"]), j["state"]) for j in offline.jobs or []] == [
         (job.job_id, [0, 1], "completed")
     ], offline.jobs
-    # The stored job: both ranks' world, and ended when both ranks exited 0.
+    # The stored job: both ranks, their world, and ended when both ranks exited 0.
+    assert job.ranks == [0, 1], job
     assert job.world_size == 2, job
     assert job.state == "completed", job
 
@@ -193,6 +204,7 @@ def test_live_checkpoints_slow_mount_vs_fast_mount(
     assert max(slow_lat) >= 10 * statistics.median(fast_lat), (slow_lat, fast_lat)
 
     live = evaluate_live(op)
+    _report(live)
     assert len(live) == 2, sorted(live)
     by_start = sorted(live.values(), key=lambda j: j.job_id)
     families = {j.job_id: j.families for j in by_start}
@@ -238,6 +250,7 @@ def test_live_dataloader_starved_of_cpu(ingest_server: IngestServer, tmp_path: P
     host_cpu = series(agent.records(), signals.HOST_CPU_UTIL)
     assert len(host_cpu) >= 5, "the agent reported no host CPU"
     live = evaluate_live(op)
+    _report(live)
     job = _one_job(live, agent)
     assert set(job.families) <= {"input_starvation"}, job.said()
     assert _offline_families(agent) == {job.job_id: job.families}
