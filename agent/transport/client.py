@@ -336,7 +336,7 @@ class BatchSender:
             ack.sequence,
             ack.rejected_records,
             ack.rejected_samples,
-            f": {first.kind} {first.index}: {first.message}" if first is not None else "",
+            f": {first.message}" if first is not None else "",
             self.stats.records_refused,
         )
 
