@@ -15,8 +15,10 @@ of a run nobody scheduled.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -69,6 +71,41 @@ def run_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     )
     env.update(extra or {})
     return env
+
+
+@dataclass
+class Finished:
+    rc: int
+    stdout: str
+    stderr: str
+    wall_s: float
+
+
+def run_command(argv: Sequence[str], *, timeout: float, env: Mapping[str, str]) -> Finished:
+    """Run `argv` in its own session from the repository root; past `timeout` the whole
+    process group is killed (a hung rank must not outlive the test) and the exit status is
+    the shell's 124."""
+    t0 = time.monotonic()
+    proc = subprocess.Popen(
+        list(argv),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        errors="replace",
+        env=dict(env),
+        cwd=ROOT,
+        start_new_session=True,
+    )
+    try:
+        out, err = proc.communicate(timeout=timeout)
+        rc = proc.returncode
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        err += f"\n[killed after {timeout:.0f} s]"
+        rc = 124
+    return Finished(rc, out, err, time.monotonic() - t0)
 
 
 def program(name: str, *args: str) -> list[str]:
@@ -229,25 +266,9 @@ def record_exec(
     workdir.mkdir(parents=True, exist_ok=True)
     trace = workdir / f"{name}.jsonl"
     cmd = [PROOF_AGENT, "exec", "--out", str(trace), "--", *argv]
-    t0 = time.monotonic()
-    done = subprocess.run(
-        cmd,
-        capture_output=True,
-        text=True,
-        errors="replace",
-        timeout=timeout,
-        env=run_env(env),
-        cwd=ROOT,
-        check=False,
-    )
+    done = run_command(cmd, timeout=timeout, env=run_env(env))
     run = Run(
-        name,
-        cmd,
-        done.returncode,
-        time.monotonic() - t0,
-        done.stdout,
-        done.stderr,
-        trace if trace.exists() else None,
+        name, cmd, done.rc, done.wall_s, done.stdout, done.stderr, trace if trace.exists() else None
     )
     if analyze_trace and run.trace is not None:
         run.analysis = analyze(run.trace)

@@ -32,7 +32,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from workloads.harness import PROOF_AGENT, ROOT, Record, Run, read_trace, run_env
+from workloads.harness import PROOF_AGENT, ROOT, Record, Run, read_trace, run_command, run_env
 
 AGENT_CONFIG = """\
 # proof-agent config for a CPU-only workload run (workloads/live.py)
@@ -110,18 +110,8 @@ class NodeAgent:
         """`proof-agent exec --inbox INBOX -- ARGV` (or ARGV as given when `wrapped`: a
         torchrun command that starts `proof-agent exec` per worker itself)."""
         cmd = list(argv) if wrapped else [*self.exec_prefix(), *argv]
-        t0 = time.monotonic()
-        done = subprocess.run(
-            cmd,
-            capture_output=True,
-            text=True,
-            errors="replace",
-            timeout=timeout,
-            env=run_env(),
-            cwd=ROOT,
-            check=False,
-        )
-        run = Run(name, cmd, done.returncode, time.monotonic() - t0, done.stdout, done.stderr, None)
+        done = run_command(cmd, timeout=timeout, env=run_env())
+        run = Run(name, cmd, done.rc, done.wall_s, done.stdout, done.stderr, None)
         run.notes["started"] = time.time() - run.wall_s
         run.notes["ended"] = time.time()
         self.runs.append(run)
