@@ -65,10 +65,32 @@ RECORDED: dict[str, RecordedRun] = {
             ("numerical_divergence",),
         ),
         RecordedRun(
+            "hf-nan",
+            "HF Trainer, tiny GPT-2",
+            "a weight set to NaN before step 150 (the Trainer then logs grad_norm nan, loss 0)",
+            lambda w: program(
+                "hf_trainer", "--out-dir", str(_out("hf-nan")(w)), "--nan-at-step", "150"
+            ),
+            ("numerical_divergence",),
+        ),
+        RecordedRun(
             "lightning-healthy",
             "Lightning",
             "none",
             lambda w: program("lightning_run", "--out-dir", str(_out("lightning-healthy")(w))),
+            (),
+        ),
+        RecordedRun(
+            "lightning-rich-healthy",
+            "Lightning, rich progress bar (its default when rich is installed)",
+            "none",
+            lambda w: program(
+                "lightning_run",
+                "--out-dir",
+                str(_out("lightning-rich-healthy")(w)),
+                "--progress",
+                "rich",
+            ),
             (),
         ),
         RecordedRun(

@@ -4,6 +4,7 @@
     python -m workloads.programs.hf_trainer --out-dir /tmp/hf --lr 0           # no_learning
     python -m workloads.programs.hf_trainer --out-dir /tmp/hf --lr 4 \\
         --warmup-steps 100 --max-grad-norm 0                                    # diverges
+    python -m workloads.programs.hf_trainer --out-dir /tmp/hf --nan-at-step 150  # NaN mid-run
 
 The model comes from a `GPT2Config` built here (2 layers, 32-wide, the character vocabulary
 of `common`), the data set is `common.CharWindows`. The Trainer prints what it really prints:
@@ -14,6 +15,7 @@ its metric dicts every `--logging-steps`, tqdm bars on stderr, a checkpoint ever
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from workloads.programs import common
 
@@ -29,10 +31,35 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--logging-steps", type=int, default=10)
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--nan-at-step", type=int, default=None, help="poison a weight with NaN")
     args = p.parse_args(argv)
 
     common.setup_threads()
-    from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
+    from transformers import (
+        GPT2Config,
+        GPT2LMHeadModel,
+        Trainer,
+        TrainerCallback,
+        TrainerControl,
+        TrainerState,
+        TrainingArguments,
+    )
+
+    class PoisonAt(TrainerCallback):
+        """The injected fault: before optimizer step N a weight becomes NaN."""
+
+        def __init__(self, step: int) -> None:
+            self.step = step
+
+        def on_step_begin(
+            self,
+            args: TrainingArguments,
+            state: TrainerState,
+            control: TrainerControl,
+            **kwargs: Any,
+        ) -> None:
+            if state.global_step + 1 == self.step:
+                common.poison_with_nan(kwargs["model"])
 
     config = GPT2Config(
         vocab_size=common.VOCAB_SIZE,
@@ -60,7 +87,12 @@ def main(argv: list[str] | None = None) -> int:
         dataloader_num_workers=0,
         seed=args.seed,
     )
-    trainer = Trainer(model=model, args=targs, train_dataset=common.CharWindows(seed=args.seed))
+    trainer = Trainer(
+        model=model,
+        args=targs,
+        train_dataset=common.CharWindows(seed=args.seed),
+        callbacks=[PoisonAt(args.nan_at_step)] if args.nan_at_step else None,
+    )
     trainer.train()
     return 0
 

@@ -54,6 +54,16 @@ def hf_exploding(workdir: Path) -> Run:
 
 
 @pytest.fixture(scope="session")
+def hf_nan(workdir: Path) -> Run:
+    return _record(workdir, "hf-nan")
+
+
+@pytest.fixture(scope="session")
+def lightning_rich_healthy(workdir: Path) -> Run:
+    return _record(workdir, "lightning-rich-healthy")
+
+
+@pytest.fixture(scope="session")
 def lightning_healthy(workdir: Path) -> Run:
     return _record(workdir, "lightning-healthy")
 

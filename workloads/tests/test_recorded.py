@@ -72,6 +72,16 @@ def test_hf_trainer_exploding_lr_is_divergence_not_no_learning(hf_exploding: Run
     only_job(run)
 
 
+def test_hf_trainer_nan_mid_run_is_divergence_not_a_perfect_loss(hf_nan: Run) -> None:
+    """After a weight turns NaN the Trainer logs `'grad_norm': 'nan'` and, its NaN filter
+    on, `'loss': '0'`: a loss of 0 here is not a run that learned perfectly."""
+    run = hf_nan
+    assert run.rc == 0, run.describe()
+    assert run.output_has("'grad_norm': 'nan'") and run.output_has("'loss': '0'")
+    assert run.families == ["numerical_divergence"], run.describe()
+    only_job(run)
+
+
 # --- Lightning --------------------------------------------------------------------------------
 
 
@@ -80,6 +90,16 @@ def test_lightning_healthy_gets_no_verdict(lightning_healthy: Run) -> None:
     assert run.rc == 0, run.describe()
     assert run.output_has("`Trainer.fit` stopped: `max_epochs=1` reached.")
     assert run.output_has("train_loss=")
+    assert run.families == [], run.describe()
+    assert job_field(only_job(run), "state") == "completed"
+
+
+def test_lightning_rich_bar_healthy_gets_no_verdict(lightning_rich_healthy: Run) -> None:
+    """Lightning's default bar when rich is installed prints only its last frame outside a
+    terminal: Proof sees the job, not a loss history, and must blame nothing."""
+    run = lightning_rich_healthy
+    assert run.rc == 0, run.describe()
+    assert run.output_has("train_loss:")
     assert run.families == [], run.describe()
     assert job_field(only_job(run), "state") == "completed"
 
@@ -171,7 +191,9 @@ def test_torchrun_rank_that_never_reaches_the_all_reduce(ddp_rank_stops: Run) ->
         "hf_healthy",
         "hf_lr0",
         "hf_exploding",
+        "hf_nan",
         "lightning_healthy",
+        "lightning_rich_healthy",
         "lightning_lr0",
         "torch_healthy",
         "torch_nan",
