@@ -134,6 +134,11 @@ def _int(text: str) -> int:
 _PREFIX_TORCHRUN = re.compile(r"\[(?:rank|Rank|RANK)\s*(\d+)\]:\s?")
 _PREFIX_MPI = re.compile(r"\[\d+,(\d+)\]<(?:stdout|stderr)>:")
 _PREFIX_SRUN = re.compile(r"\s{0,8}(\d+): ")
+# `torchrun --tee 3` (and --redirects with a log dir) prefixes `[<role><local rank>]:`, e.g.
+# `[default0]:` or `[trainer1]:`. The number is the LOCAL rank: on one node it equals the rank,
+# but across nodes it does not, and the line does not say which node it came from, so the
+# prefix is stripped and no rank is claimed (the caller keys the line from its process).
+_PREFIX_TORCHRUN_TEE = re.compile(r"\[[A-Za-z_][\w-]*?\d+\]:")
 
 
 def strip_prefix(line: str) -> tuple[str, int | None]:
@@ -145,6 +150,9 @@ def strip_prefix(line: str) -> tuple[str, int | None]:
         m = _PREFIX_TORCHRUN.match(line) or _PREFIX_MPI.match(line)
         if m:
             return line[m.end() :], int(m.group(1))
+        m = _PREFIX_TORCHRUN_TEE.match(line)
+        if m:
+            return line[m.end() :], None
     elif c.isdigit() or c == " ":
         m = _PREFIX_SRUN.match(line)
         if m:

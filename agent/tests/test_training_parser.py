@@ -419,3 +419,14 @@ def test_lightning_bars_as_a_non_terminal_gets_them() -> None:
     assert rich.loss is None  # at 80 columns the value wrapped onto the next line
     wide = "Epoch 4/4  ━━━━━━━━━━━━━━━━━ 32/32 0:00:11 • 0:00:00 2.79it/s train_loss_step: 0.607"
     assert parse_line(wide) is not None and parse_line(wide).loss == 0.607  # type: ignore[union-attr]
+
+
+def test_torchrun_tee_prefix_is_stripped_without_claiming_a_rank() -> None:
+    # What `torchrun --nproc_per_node 2 --tee 3` prints (torch 2.13.0, captured here): the
+    # role name and the LOCAL rank, which is not the rank on a multi-node run.
+    body, rank = t.strip_prefix("[default1]:iter 5: loss 1.0000, time 10.00ms, mfu 1.00%")
+    assert body == "iter 5: loss 1.0000, time 10.00ms, mfu 1.00%" and rank is None
+    p = t.parse_line("[trainer0]:iter 7: loss 2.5000, time 10.00ms, mfu 1.00%")
+    assert p is not None and p.step == 7 and p.loss == 2.5 and p.rank is None
+    # a bracketed word without a number is not a launcher prefix
+    assert t.strip_prefix("[INFO]: starting")[0] == "[INFO]: starting"
