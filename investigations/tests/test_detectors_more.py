@@ -206,4 +206,5 @@ def test_checkpoint_stall_bridges_a_collection_gap_over_the_save_line() -> None:
     assert len(found) == 1
     first = found[0].evidence[0]
     assert first.interval[0] == T0 + 104  # measured idleness starts the stall, not the gap
+    assert isinstance(first.observed, float)
     assert 35_000 <= first.observed <= 40_000  # ms: the rest of the 40 s save
