@@ -388,3 +388,48 @@ def test_a_batch_postgresql_refuses_is_dead_lettered_not_resent_in_a_loop(
         sink.close(timeout=5)
     finally:
         owner_ddl(f"ALTER TABLE {table} DROP CONSTRAINT IF EXISTS proof_test_poison")
+
+
+def test_a_batch_that_keeps_failing_to_store_is_resent_with_a_growing_backoff(
+    ingest: IngestServer, tmp_path: Path
+) -> None:
+    """A transient store failure of one batch (a serialization failure, the first 4 times),
+    while the batches after it are stored (and acked) by the other writer: the failures are
+    counted against that batch, so each reconnect waits longer — before, every out-of-order ack
+    reset the backoff and the batch was resent about every 0.3 s (39 sends in 30 s)."""
+    operator, token = agent_token("dirty-flaky")
+    table = LogLine._meta.db_table
+    owner_ddl("CREATE SEQUENCE IF NOT EXISTS proof_test_flaky_tries")
+    owner_ddl(
+        "CREATE OR REPLACE FUNCTION proof_test_flaky() RETURNS trigger "
+        "LANGUAGE plpgsql SECURITY DEFINER AS $$ BEGIN "
+        "IF NEW.line = 'flaky' AND nextval('proof_test_flaky_tries') <= 4 THEN "
+        "RAISE EXCEPTION 'test: could not serialize' USING ERRCODE = '40001'; END IF; "
+        "RETURN NEW; END $$"
+    )
+    owner_ddl(
+        f"CREATE TRIGGER proof_test_flaky BEFORE INSERT ON {table} "
+        "FOR EACH ROW EXECUTE FUNCTION proof_test_flaky()"
+    )
+    try:
+        log_path = tmp_path / "job.log"
+        log_path.write_bytes(b"")
+        sink = make_sink(ingest.port, token, tmp_path / "spool", "dirty-flaky-agent")
+        agent = make_agent(sink, log_path)
+        run_ticks(agent, log_path, {3: b"flaky\n"}, ticks=12)
+        deliver(sink, timeout=90)
+        stats = sink.sender.stats
+        assert stats.rejected == [] and stats.reconnects == 4
+        assert stats.max_attempts == 5  # the flaky batch: 4 failures, then stored
+        base = sink.sender.retry_delay
+        delays = sink.sender.backoff_delays
+        assert len(delays) == 4
+        for k, delay in enumerate(delays):  # jittered over the upper half of base * 2^k
+            assert base * 2**k / 2 <= delay <= base * 2**k
+        assert stored_lines(operator) == ["flaky"]
+        assert stored_samples(operator) == sink.submitted["sample"]
+        sink.close(timeout=5)
+    finally:
+        owner_ddl(f"DROP TRIGGER IF EXISTS proof_test_flaky ON {table}")
+        owner_ddl("DROP FUNCTION IF EXISTS proof_test_flaky()")
+        owner_ddl("DROP SEQUENCE IF EXISTS proof_test_flaky_tries")

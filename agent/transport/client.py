@@ -248,9 +248,10 @@ class BatchSender:
             call = self._stream(self._requests(resend, outbox), metadata=self.metadata)
             try:
                 for ack in call:
-                    if self._head is None or ack.sequence >= self._head:
+                    if self._head is None or ack.sequence == self._head:
                         # The oldest batch got through: the next failure starts the backoff
-                        # over. Acks of batches after a failing one do not count.
+                        # over. Acks of the batches after it do not count (with several
+                        # writers they can come before the oldest one's failure).
                         self._failures = 0
                     self._acked(ack)
                 time.sleep(self.retry_delay)  # the server ended the stream: reopen it
