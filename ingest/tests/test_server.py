@@ -306,3 +306,22 @@ def test_stream_token_recheck_is_shared_for_half_the_interval(server: IngestServ
     tenant_services.do_revoke_agent_token(tenant.principal(tenant.operator_admin), token.pk)
     assert cached._recheck(plaintext) == tenant.operator.pk  # within half the interval
     assert fresh._recheck(plaintext) is None
+
+
+def test_refused_records_are_logged_once_per_agent_and_reason_without_tracebacks(
+    server: IngestServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    tenant = make_tenant("srv-reject-log")
+    token = token_for(tenant.operator.pk)
+    batches = []
+    for seq in (1, 2, 3):
+        batch = gpu_batch(agent_id="noisy", sequence=seq)
+        batch.values[seq] = float("nan")
+        batches.append(batch)
+    with caplog.at_level("WARNING", logger="ingest.server"):
+        acks, error = stream_once(server.port, token, batches)
+    assert error is None and sorted(a.rejected_records for a in acks) == [1, 1, 1]
+    refused = [r for r in caplog.records if "record(s) refused" in r.getMessage()]
+    assert len(refused) == 1 and "non_finite" in refused[0].getMessage()
+    assert not any(r.exc_info for r in caplog.records)
+    assert stored_samples(tenant.operator.pk) == 3 * 39
