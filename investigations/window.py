@@ -206,6 +206,23 @@ def _interval(series: list[SeriesData]) -> float:
     return max(dt, 1e-3)
 
 
+# Fewer samples than this in the densest GPU series without a pid is not the job's cadence
+# (e.g. the few samples taken before the job's processes were known).
+MIN_CADENCE_SAMPLES = 10
+
+
+def job_sampling_interval(series: list[SeriesData]) -> float:
+    """The job's grid spacing. GPU-scope series without a pid are preferred: process-scope
+    series can run at another cadence. When the agent keyed every GPU sample with the job's
+    pid, the untagged ones are only a handful and their spacing is meaningless, so every GPU
+    series counts then (a 154 s grid over a 420 s job was seen that way)."""
+    untagged = [s for s in series if s.info.gpu and not s.info.pid]
+    if max((len(s.ts) for s in untagged), default=0) >= MIN_CADENCE_SAMPLES:
+        return _interval(untagged)
+    gpu_scope = [s for s in series if s.info.gpu]
+    return _interval(gpu_scope or series)
+
+
 def merge_series(parts: list[SeriesData]) -> SeriesData:
     """One series from pieces of the same signal (identity changed mid-way), in time order."""
     if len(parts) == 1:
@@ -439,7 +456,7 @@ def build_job_window(
     row_of_pid = {(r.node, r.pid): k for k, r in enumerate(ranks) if r.pid is not None}
     row_of_rank = {r.rank: k for k, r in enumerate(ranks)}
 
-    dt = _interval([s for s in series if s.info.gpu and not s.info.pid])
+    dt = job_sampling_interval(series)
     n_t = max(1, int(np.floor((t1 - t0) / dt)) + 1)
     times = t0 + dt * np.arange(n_t)
     n_r = len(ranks)

@@ -133,9 +133,12 @@ def detect_hardware_fault(w: JobWindow) -> list[Finding]:
     consequence = ""
     after = [e for e in w.log_events if e.ts >= t_first]
     loss_bad = False
-    if len(w.steps):
-        post = w.steps.loss[w.steps.ts >= t_first]
-        pre = w.steps.loss[w.steps.ts < t_first]
+    # Only rows that printed a loss: a progress bar's row (a step, no loss) is NaN in the
+    # loss column and would read as "the loss blew up" after any fault.
+    printed = w.steps.with_loss()
+    if len(printed):
+        post = printed.loss[printed.ts >= t_first]
+        pre = printed.loss[printed.ts < t_first]
         if len(post) and len(pre) and np.isfinite(pre).any():
             loss_bad = bool((~np.isfinite(post)).any() or np.nanmax(post) > 2 * np.nanmin(pre))
     if loss_bad:

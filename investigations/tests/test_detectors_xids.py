@@ -26,7 +26,7 @@ from investigations.detectors.xids import (
 from investigations.findings import INFRASTRUCTURE, JOB, Finding, subject
 from investigations.store import EventRow
 from investigations.tests.synthetic import T0, counter, gpu_uuid, healthy_sync, steps, window
-from investigations.window import GpuWindow
+from investigations.window import GpuWindow, StepTable
 
 
 def _xid(code: int, gpu: int = 2, at: float = 200.0) -> EventRow:
@@ -179,3 +179,28 @@ def test_simulated_xid92_twin_analyzes_to_gpu_degrading_only(tmp_path: Path) -> 
         verdicts = analyze_trace(str(path), err=devnull)
     assert [v["family"] for v in verdicts] == ["gpu_degrading"]
     assert verdicts[0]["subject"]["gpu"] == truth["subject"]["gpu"]
+
+
+def test_progress_bar_rows_after_a_fault_are_not_a_blown_up_loss() -> None:
+    # HF Trainer prints bar rows (a step, no loss) between its metric dicts; their loss
+    # column is NaN. A healthy loss after a fault XID must not read as "the loss blew up".
+    printed = steps(_learning())
+    k = len(printed)
+    bar_ts = printed.ts + 5.0
+    order = np.argsort(np.concatenate([printed.ts, bar_ts]), kind="stable")
+    nan = np.full(k, np.nan)
+    table = StepTable(
+        ts=np.concatenate([printed.ts, bar_ts])[order],
+        step=np.concatenate([printed.step, printed.step + 5.0])[order],
+        loss=np.concatenate([printed.loss, nan])[order],
+        lr=np.concatenate([printed.lr, nan])[order],
+        grad_norm=np.concatenate([printed.grad_norm, nan])[order],
+        iter_ms=np.concatenate([printed.iter_ms, nan])[order],
+        has_loss=np.concatenate([np.ones(k, bool), np.zeros(k, bool)])[order],
+    )
+    w = window(sync=healthy_sync(np.random.default_rng(1)), steps=table)
+    w.events.append(_xid(79))
+    found = run_detectors(w)
+    assert [f.family for f in found] == ["hardware_fault"]
+    assert not any(e.signal == "log: loss" for e in found[0].evidence)
+    assert "blew up" not in found[0].summary
