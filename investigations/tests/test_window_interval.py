@@ -11,7 +11,7 @@ from investigations.window import job_sampling_interval
 T0 = 1_767_600_000.0
 
 
-def _series(name: str, ts: np.ndarray, *, gpu: str | None, pid: int | None) -> SeriesData:
+def _series(name: str, ts: np.ndarray, *, gpu: str, pid: int | None) -> SeriesData:
     return SeriesData(SeriesInfo(name, "n0", gpu, 0, pid, "", None), ts, np.ones(len(ts)))
 
 
@@ -38,4 +38,4 @@ def test_a_handful_of_untagged_samples_does_not_stretch_the_grid() -> None:
 
 def test_no_gpu_series_falls_back_to_whatever_was_sampled() -> None:
     host = T0 + 2.0 * np.arange(50)
-    assert job_sampling_interval([_series(signals.HOST_CPU_UTIL, host, gpu=None, pid=5)]) == 2.0
+    assert job_sampling_interval([_series(signals.HOST_CPU_UTIL, host, gpu="", pid=5)]) == 2.0
