@@ -32,7 +32,7 @@ from typing import Any
 
 import grpc
 
-from agent import signals
+from agent import limits, signals
 from agent.spool import DEAD_LETTER_DIR, DeadLetter
 from agent.transport.client import BatchSender, EncodedBatch, TlsConfig, open_channel
 from agent.transport.decode import write_trace
@@ -253,6 +253,16 @@ def _render_dead_letter(path: Path, data: bytes, meta: dict[str, Any]) -> None:
 
 
 def _agent_id(spool_dir: str | None, meta: dict[str, Any]) -> str:
+    """The agent id: the meta's, the spool's, or a new one — within ingest's limit (a long
+    hostname must not make an id every batch of which ingest refuses)."""
+    return limits.clean_identifier(_stored_agent_id(spool_dir, meta), limits.MAX_AGENT_ID_CHARS)
+
+
+def _new_agent_id() -> str:
+    return f"{socket.gethostname()[:100]}-{uuid.uuid4().hex[:12]}"
+
+
+def _stored_agent_id(spool_dir: str | None, meta: dict[str, Any]) -> str:
     if meta.get("agent_id"):
         return str(meta["agent_id"])
     if spool_dir:
@@ -260,10 +270,10 @@ def _agent_id(spool_dir: str | None, meta: dict[str, Any]) -> str:
         if path.exists():
             return path.read_text().strip()
         Path(spool_dir).mkdir(parents=True, exist_ok=True)
-        value = f"{socket.gethostname()}-{uuid.uuid4().hex[:12]}"
+        value = _new_agent_id()
         path.write_text(value + "\n")
         return value
-    return f"{socket.gethostname()}-{uuid.uuid4().hex[:12]}"
+    return _new_agent_id()
 
 
 def make_sink(
