@@ -542,7 +542,7 @@ def _decode_job(job: Any, what: str, strings: _Strings, window: _Window) -> dict
             raise _RecordProblem(problem[0], f"{what}: config_json: {problem[1]}")
         try:
             config = json.loads(job.config_json)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             raise _RecordProblem("malformed", f"{what}: config_json is not JSON: {exc}") from None
         if not isinstance(config, dict):
             raise _RecordProblem("malformed", f"{what}: config_json must be a JSON object")

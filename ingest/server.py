@@ -304,7 +304,7 @@ class IngestServicer(ingest_pb2_grpc.IngestServicer):
                 "uuid": L.clean_identifier(g.uuid, L.MAX_GPU_CHARS),
                 "index": g.index,
                 "model": L.clean_text(g.model, 128),
-                "memory_mib": g.memory_mib or None,
+                "memory_mib": g.memory_mib if 0 < g.memory_mib < 2**63 else None,
                 "driver_version": L.clean_text(g.driver_version, 64),
                 "cuda_version": L.clean_text(g.cuda_version, 64),
             }
@@ -376,6 +376,24 @@ class IngestServicer(ingest_pb2_grpc.IngestServicer):
                         sequence = getattr(exc, "sequence", sequence)
                         metrics.REJECTS.labels(exc.reason).inc()
                         events.put(("reject", sequence, exc.message))
+                        return
+                    except Exception as exc:  # a decoder bug must not become a resend loop
+                        log.error(
+                            "batch %s could not be decoded (%s: %s); refused",
+                            sequence,
+                            type(exc).__name__,
+                            exc,
+                        )
+                        log.debug("decoding batch %s failed", sequence, exc_info=True)
+                        metrics.REJECTS.labels("undecodable").inc()
+                        events.put(
+                            (
+                                "reject",
+                                sequence,
+                                f"could not be decoded ({type(exc).__name__}: "
+                                f"{L.clean_text(str(exc), 200)})",
+                            )
+                        )
                         return
                     if decoded.rejected_records:
                         for (kind, reason), n in decoded.rejected_by.items():

@@ -215,3 +215,10 @@ def test_limits_agree_with_ingest_columns() -> None:
     assert size(models.Job, "kind") == limits.MAX_JOB_KIND_CHARS
     assert size(models.Job, "name") == limits.MAX_JOB_NAME_CHARS
     assert size(models.Job, "scheduler") == limits.MAX_SCHEDULER_CHARS
+
+
+def test_a_config_nested_too_deep_for_the_parser_is_refused_alone() -> None:
+    batch = raw_batch([{"type": "job", "ts": time.time(), "job": "deep"}])
+    batch.jobs[0].config_json = "[" * 30_000 + "]" * 30_000
+    decoded = decode_batch(batch, LIMITS)
+    assert reasons(decoded) == [("job", 0, "malformed")] and decoded.sample_count == 20
