@@ -197,9 +197,12 @@ def _clean_json(value: Any) -> Any:
 def config_json(config: Mapping[str, Any]) -> str:
     """A job's config as the JSON text the wire carries: NUL and lone surrogates replaced in
     every key and string, and the whole replaced by a marker object when over the limit."""
-    text = json.dumps(config, sort_keys=True, default=str)
-    if "\\u0000" in text or "\\ud" in text:
-        text = json.dumps(_clean_json(config), sort_keys=True, default=str)
+    try:
+        text = json.dumps(config, sort_keys=True, default=str)
+        if "\\u0000" in text or "\\ud" in text:
+            text = json.dumps(_clean_json(config), sort_keys=True, default=str)
+    except (ValueError, TypeError, RecursionError) as exc:  # e.g. nested past the parser
+        return json.dumps({CONFIG_TRUNCATED: f"config not encodable: {type(exc).__name__}"})
     if len(text) > MAX_CONFIG_JSON_CHARS:
         text = json.dumps(
             {

@@ -79,3 +79,13 @@ def test_text_problem_names_what_is_wrong() -> None:
     )
     assert L.text_problem("ab\x00", 10) == (L.NUL, "NUL character at position 2")
     assert L.text_problem("fine", 10) is None
+
+
+def test_a_config_that_cannot_be_encoded_becomes_a_marker() -> None:
+    deep: list[object] = []
+    node = deep
+    for _ in range(5000):
+        node.append([])
+        node = node[0]  # type: ignore[assignment]
+    out = json.loads(L.config_json({"deep": deep}))
+    assert list(out) == [L.CONFIG_TRUNCATED] and "RecursionError" in out[L.CONFIG_TRUNCATED]
