@@ -28,7 +28,7 @@ import numpy as np
 
 from agent import signals
 from agent.trace import Problem, open_trace_bytes
-from agent.trace.records import TYPE_META, check_meta, check_record
+from agent.trace.records import TYPE_META, check_meta, check_record, clean_record
 
 try:
     from orjson import loads as _loads
@@ -541,6 +541,7 @@ def _fast_records(
     """
     lineno = 0
     last_ts: Any = float("-inf")
+    dirty: set[Any] = set()  # sample series whose identity broke a limit (cleaned each time)
     tail = b""
     number = (int, float)
     broken = False
@@ -616,11 +617,21 @@ def _fast_records(
                         col = cols.get(key)
                     except TypeError:
                         key, col = None, None
-                    if col is None:
+                    if key in dirty:  # a series over the limits: cleaned like its first
+                        clean_record(obj)
+                        col = None
+                    elif col is None:
                         why = check_record(obj)
                         if why is not None:
                             problem(Problem(lineno, why))
                             continue
+                        fixed = clean_record(obj)
+                        if fixed:
+                            # Reported once per series; its samples take the general path
+                            # under the cleaned identity, as ingest would store them.
+                            for msg in fixed:
+                                problem(Problem(lineno, msg))
+                            dirty.add(key)
                     if ts < last_ts:
                         problem(
                             Problem(
@@ -632,6 +643,9 @@ def _fast_records(
                         )
                         continue
                     last_ts = ts
+                    if key in dirty:
+                        yield obj
+                        continue
                     if col is None:
                         if key is None:
                             problem(Problem(lineno, "sample identity values must be scalars"))
@@ -646,6 +660,10 @@ def _fast_records(
             if why is not None:
                 problem(Problem(lineno, why))
                 continue
+            # The limits agent and ingest share (agent/limits.py): an over-long line, a NUL in a
+            # label, an over-long id are cleaned the way ingest would store them, and named.
+            for msg in clean_record(obj):
+                problem(Problem(lineno, msg))
             ts = obj.get("ts")
             if type(ts) in number:
                 if ts < last_ts:

@@ -15,9 +15,11 @@ from typing import Any
 
 import pytest
 
+from agent import limits
 from agent.parsers.training import PROGRESS, LogParser
 from agent.sim import simulate
 from investigations import analyze
+from investigations.store import TraceStore
 
 SCHEMA = json.loads((Path(__file__).parent.parent / "verdict_schema.json").read_text())
 
@@ -168,7 +170,6 @@ def test_human_output_has_the_evidence_table(tmp_path: Path) -> None:
 
 
 def test_gzip_cut_short_keeps_the_lines_before_the_damage(tmp_path: Path) -> None:
-    from investigations.store import TraceStore
 
     sim = simulate("healthy_training", seed=2, duration_s=300, nodes=1, gpus_per_node=2)
     whole = tmp_path / "w.jsonl.gz"
@@ -283,3 +284,41 @@ def test_job_state_and_kind_from_what_was_seen(tmp_path: Path) -> None:
     }
     assert jobs["a"]["interval"] == {"start": T0, "end": T0 + 6}
     assert jobs["a"]["steps"] == {"first": None, "last": None, "count": 0}
+
+
+def test_analyze_applies_the_shared_limits_and_names_each_line(tmp_path: Path) -> None:
+    """The limits the agent cleans to and ingest checks (agent/limits.py) hold in `proof
+    analyze` too: an over-long log line, a NUL in a label, an over-long GPU id are cleaned
+    the way ingest stores them and reported with their line numbers; nothing else is lost."""
+    sim = simulate("healthy_training", seed=1, duration_s=120, nodes=1, gpus_per_node=2)
+    good = tmp_path / "g.jsonl"
+    sim.write(good)
+    lines = good.read_text().splitlines()
+    li = next(i for i, x in enumerate(lines) if json.loads(x).get("type") == "log")
+    si = next(i for i, x in enumerate(lines) if json.loads(x).get("type") == "sample")
+    log, smp = json.loads(lines[li]), json.loads(lines[si])
+    log["line"] = "A" * 26_498
+    smp["labels"] = {"port": "mlx5\x00_0"}
+    smp["gpu"] = "GPU-" + "a" * 200
+    lines[li], lines[si] = json.dumps(log), json.dumps(smp)
+    bad = tmp_path / "b.jsonl"
+    bad.write_text("\n".join(lines) + "\n")
+
+    problems: list[Any] = []
+    store = TraceStore.from_trace(bad, on_problem=problems.append)
+    by_line = {(p.line, p.message.split(":")[0]) for p in problems}
+    assert (si + 1, "identity key 'gpu'") in by_line
+    assert (si + 1, "'labels'") in by_line
+    assert (li + 1, "log record") in by_line
+    lo, hi = store.time_range()
+    stored = [r.line for j in store.jobs() for r in store.job_logs(j, lo, hi)]
+    longest = max(stored, key=len)
+    assert len(longest) == limits.MAX_LOG_LINE_CHARS and longest.endswith("chars]")
+    assert sum(len(x) for x in stored) > 0 and "\x00" not in "".join(stored)
+    cleaned_gpu = [g for g, _node, _i in store.gpus() if "…#" in g]
+    assert len(cleaned_gpu) == 1 and len(cleaned_gpu[0]) == limits.MAX_GPU_CHARS
+    # the clean trace loads with no problem at all, and the same number of log lines
+    clean_problems: list[Any] = []
+    clean = TraceStore.from_trace(good, on_problem=clean_problems.append)
+    assert clean_problems == []
+    assert len([1 for j in clean.jobs() for _ in clean.job_logs(j, lo, hi)]) == len(stored)
