@@ -278,7 +278,11 @@ def _ensure_jobs(operator_id: int, batch: DecodedBatch, now: datetime) -> dict[s
     refs = _job_refs(batch)
     if not refs:
         return {}
-    records = {j["job"]: j for j in batch.jobs}  # the last record per job wins
+    # Every record of a job in the batch, in order: one record may carry the scheduler and
+    # another the state, so each applies what it says (a later value wins per field).
+    records: dict[str, list[dict[str, Any]]] = {}
+    for j in batch.jobs:
+        records.setdefault(j["job"], []).append(j)
     existing = dict(
         Job.objects.filter(operator_id=operator_id, job_id__in=refs).values_list("job_id", "id")
     )
@@ -286,7 +290,9 @@ def _ensure_jobs(operator_id: int, batch: DecodedBatch, now: datetime) -> dict[s
     if missing:
         new_jobs = []
         for job_id in missing:
-            attrs = {**records.get(job_id, {}).get("attributes", {}), "job_id": job_id}
+            attrs: dict[str, Any] = {"job_id": job_id}
+            for rec in records.get(job_id, []):
+                attrs = {**attrs, **rec.get("attributes", {}), "job_id": job_id}
             customer = tenant_services.customer_for_job(operator_id, attrs)
             new_jobs.append(
                 Job(
@@ -305,13 +311,20 @@ def _ensure_jobs(operator_id: int, batch: DecodedBatch, now: datetime) -> dict[s
                 "job_id", "id"
             )
         )
-    for job_id, rec in records.items():
-        _apply_job_record(operator_id, existing[job_id], rec)
+    for job_id, recs in records.items():
+        _apply_job_records(operator_id, existing[job_id], recs)
     return existing
 
 
-def _apply_job_record(operator_id: int, pk: int, rec: dict[str, Any]) -> None:
+def _apply_job_records(operator_id: int, pk: int, recs: list[dict[str, Any]]) -> None:
+    """One locked read and one save for all of a job's records in a batch, applied in order."""
     job = Job.objects.select_for_update().get(pk=pk)
+    for rec in recs:
+        _apply_job_record(operator_id, job, rec)
+    job.save()
+
+
+def _apply_job_record(operator_id: int, job: Job, rec: dict[str, Any]) -> None:
     for name in ("kind", "name", "scheduler", "rerun_of"):
         if rec[name]:
             setattr(job, name, rec[name])
@@ -330,7 +343,6 @@ def _apply_job_record(operator_id: int, pk: int, rec: dict[str, Any]) -> None:
         if rec["state"] in TERMINAL_STATES:
             job.ended_at = seen
     job.last_seen_at = max(job.last_seen_at, seen)
-    job.save()
 
 
 def _resolve_series(

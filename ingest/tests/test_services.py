@@ -297,3 +297,29 @@ def test_blocks_of_format_1_and_format_2_read_back_together(
     np.testing.assert_array_equal(util1.values, 1000 + np.concatenate([np.arange(10)] * 2))
     part = selectors.job_series(op, "job-1", start + 8, start + 11)
     assert all(len(d.values) == 4 for d in part)
+
+
+def test_every_job_record_of_a_batch_applies_not_only_the_last() -> None:
+    # proof-agent exec writes a job record at start (scheduler, world size) and another at
+    # the end (state, exit code); when both land in one batch the first must not be dropped.
+    tenant = make_tenant("ing-jobrecs")
+    now = time.time()
+    records = [
+        {
+            "type": "job",
+            "ts": now - 9,
+            "job": "exec-n-1-2-3",
+            "kind": "training",
+            "scheduler": "proof-exec",
+            "world_size": 2,
+            "state": "running",
+            "slurm_account": "team-a",
+        },
+        {"type": "job", "ts": now - 2, "job": "exec-n-1-2-3", "state": "completed", "exit_code": 0},
+    ]
+    store(tenant.operator.pk, gpu_batch(job="exec-n-1-2-3", extra_records=records))
+    with tenant_context(tenant.operator.pk):
+        job = Job.objects.for_tenant(tenant.operator.pk).get(job_id="exec-n-1-2-3")
+    assert job.scheduler == "proof-exec" and job.world_size == 2 and job.kind == "training"
+    assert job.state == "completed" and job.exit_code == 0 and job.ended_at is not None
+    assert job.attributes.get("slurm_account") == "team-a"
