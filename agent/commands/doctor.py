@@ -26,8 +26,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from agent.config import AgentConfig, ConfigError, load_config
+from agent.spool import DEAD_LETTER_DIR, DeadLetter
 
 OK, UNAVAILABLE, OFF = "OK", "unavailable", "off"
+# Not a source that is missing: something the operator should look at (batches ingest refused).
+ATTENTION = "attention"
 
 
 @dataclass
@@ -203,6 +206,32 @@ def check_mountstats(cfg: AgentConfig) -> Check:
     return Check("storage (mountstats)", OK, f"{path}: {nfs} NFS mount(s); {disk_note}")
 
 
+def check_dead_letter(cfg: AgentConfig) -> Check:
+    """Batches ingest refused (agent/spool.py `DeadLetter`): kept with their reason, never
+    resent. Read without creating anything: doctor must not make the agent's directories."""
+    directory = Path(cfg.spool.dir) / DEAD_LETTER_DIR
+    source = "dead letter (refused batches)"
+    if not directory.is_dir():
+        return Check(source, OK, f"{directory}: none")
+    try:
+        dead = DeadLetter(directory)
+        entries = dead.entries()
+    except OSError as exc:
+        return Check(source, UNAVAILABLE, f"{directory}: {exc.strerror or exc}")
+    if not entries:
+        return Check(source, OK, f"{directory}: none")
+    newest = entries[-1]
+    trace = newest.get("trace_file") or newest.get("batch_file") or "?"
+    dropped = f", {dead.dropped} older one(s) dropped at the cap" if dead.dropped else ""
+    return Check(
+        source,
+        ATTENTION,
+        f"{directory}: {len(entries)} batch(es) refused by ingest{dropped}; newest "
+        f"#{newest.get('sequence')}: {newest.get('reason', '?')} — inspect with "
+        f"`proof-agent validate {directory / trace}`",
+    )
+
+
 def check_slurm(cfg: AgentConfig, which: Callable[[str], str | None] = shutil.which) -> Check:
     if not cfg.slurm.enabled:
         return Check("Slurm", OFF, "[slurm] enabled = false")
@@ -333,6 +362,7 @@ def run_checks(cfg: AgentConfig, timeout: float = 2.0) -> list[Check]:
         lambda: check_slurm(cfg),
         lambda: check_inference(cfg, timeout),
         lambda: check_server(cfg, timeout),
+        lambda: check_dead_letter(cfg),
     ]
     for step in steps:
         try:

@@ -10,8 +10,17 @@ import sys
 import threading
 from pathlib import Path
 
-from agent.commands.doctor import OFF, OK, UNAVAILABLE, check_slurm, run_checks
+from agent.commands.doctor import (
+    ATTENTION,
+    OFF,
+    OK,
+    UNAVAILABLE,
+    check_dead_letter,
+    check_slurm,
+    run_checks,
+)
 from agent.config import parse_config
+from agent.spool import DEAD_LETTER_DIR, DeadLetter
 from agent.tests.fileserver import serve
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -57,6 +66,7 @@ def test_doctor_runs_here_and_says_why_nvml_is_unavailable() -> None:
         "Slurm",
         "inference servers",
         "ingest server",
+        "dead letter (refused batches)",
     }
     assert set(checks) == expected
     for c in checks.values():
@@ -138,3 +148,17 @@ def test_slurm_found_or_not() -> None:
     cfg = parse_config({}, env={})
     assert check_slurm(cfg, which=lambda c: None).status == UNAVAILABLE
     assert check_slurm(cfg, which=lambda c: f"/usr/bin/{c}").detail == "scontrol, sacct found"
+
+
+def test_dead_letter_is_reported_for_the_operator(tmp_path: Path) -> None:
+    cfg = parse_config({"spool": {"dir": str(tmp_path / "spool")}}, env={})
+    quiet = check_dead_letter(cfg)
+    assert quiet.status == OK and quiet.detail.endswith(": none")
+    assert not (tmp_path / "spool").exists()  # doctor creates nothing
+    dead = DeadLetter(tmp_path / "spool" / DEAD_LETTER_DIR)
+    dead.add(7, b"\x00junk", "log 0: NUL character at position 1", agent_id="a1")
+    dead.add(9, b"\x01junk", "batch over the size limit", agent_id="a1")
+    loud = check_dead_letter(cfg)
+    assert loud.status == ATTENTION
+    assert "2 batch(es) refused" in loud.detail and "#9: batch over the size limit" in loud.detail
+    assert "proof-agent validate" in loud.detail
