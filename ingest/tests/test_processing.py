@@ -29,7 +29,9 @@ def reasons(decoded: DecodedBatch) -> list[tuple[str, int, str]]:
     return [(r.kind, r.index, r.reason) for r in decoded.rejections]
 
 
-def raw_batch(records: list[dict[str, object]], *, with_samples: bool = True) -> object:
+def raw_batch(
+    records: list[dict[str, object]], *, with_samples: bool = True
+) -> Any:  # an ingest_pb2.Batch (generated classes are untyped)
     """A batch of GPU samples plus `records`, encoded WITHOUT the agent's cleaning: what an
     older or foreign agent could send."""
     builder = BatchBuilder("raw-agent", clean=False)
