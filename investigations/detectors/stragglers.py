@@ -45,6 +45,12 @@ PERSISTENT_MIN_LEAD = 0.03
 # The slow rank must also be the slowest in most 10-sample blocks after its onset (≥ 60%):
 # "the same rank is slowest step after step", not a few bad minutes.
 PERSISTENT_BLOCK_WIN = 0.6
+# …over enough blocks that "most" means something: one or two blocks after a change point are
+# won 100% of the time by whichever rank happened to draw the long steps of a rotating
+# imbalance (seen live: the first 80 s of a rotating 4-rank job read as rank 0 persistently
+# slow over 19 s). Over prefixes of 8 simulated rotating jobs, 3 blocks still let one through,
+# 5 none; a real straggler is then named 10-30 s of data later than with 2.
+PERSISTENT_MIN_BLOCKS = 5
 # The slow period must last: ≥ 25% of the observed stepping time. Shorter episodes of one
 # GPU slowing down (recurring throttling) are fleet health (`gpu_degrading`), not a straggler
 # that holds a job back. The same minimum applies to a rotating imbalance (a restart after a
@@ -151,7 +157,7 @@ def _is_persistent(st: StragglerStats) -> bool:
         and st.lead >= PERSISTENT_MIN_LEAD
         and st.block_win >= PERSISTENT_BLOCK_WIN
         and st.fraction >= PERSISTENT_MIN_FRACTION
-        and len(st.times) - st.start >= MIN_SAMPLES
+        and len(st.times) - st.start >= max(MIN_SAMPLES, 10 * PERSISTENT_MIN_BLOCKS)
     )
 
 
