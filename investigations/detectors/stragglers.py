@@ -45,12 +45,13 @@ PERSISTENT_MIN_LEAD = 0.03
 # The slow rank must also be the slowest in most 10-sample blocks after its onset (≥ 60%):
 # "the same rank is slowest step after step", not a few bad minutes.
 PERSISTENT_BLOCK_WIN = 0.6
-# …over enough blocks that "most" means something: one or two blocks after a change point are
-# won 100% of the time by whichever rank happened to draw the long steps of a rotating
-# imbalance (seen live: the first 80 s of a rotating 4-rank job read as rank 0 persistently
-# slow over 19 s). Over prefixes of 8 simulated rotating jobs, 3 blocks still let one through,
-# 5 none; a real straggler is then named 10-30 s of data later than with 2.
-PERSISTENT_MIN_BLOCKS = 5
+# …and stand out from ranks that are steady among themselves: the other ranks' per-sample
+# dispersion after the onset stays under the rotating-imbalance level (IMBALANCE_MIN_DISPERSION).
+# On a short live prefix of a rotating imbalance one rank can be slowest in every block by
+# luck (seen: the first 89-98 s of a 4-rank job, rank 3 "8.7% slower" over 50 s), but the
+# other ranks then still take turns: their dispersion measured 0.069-0.073, against
+# 0.000-0.016 beside the simulated persistent stragglers and 0.000-0.016 in healthy jobs.
+PERSISTENT_MAX_OTHERS_DISPERSION = 0.05
 # The slow period must last: ≥ 25% of the observed stepping time. Shorter episodes of one
 # GPU slowing down (recurring throttling) are fleet health (`gpu_degrading`), not a straggler
 # that holds a job back. The same minimum applies to a rotating imbalance (a restart after a
@@ -86,6 +87,7 @@ class StragglerStats:
     dispersion: np.ndarray  # per active sample
     top_share: float
     rho: float
+    others_dispersion: float  # median, after `start`, of the other ranks' dispersion
 
 
 def _spearman_consecutive(x: np.ndarray) -> float:
@@ -133,6 +135,13 @@ def straggler_stats(w: JobWindow) -> StragglerStats | None:
     else:
         block_win = 0.0
     dispersion = np.abs(x - mean).mean(axis=0) / np.where(mean > 0, mean, 1.0)
+    others = np.delete(x[:, start:], cand, axis=0)
+    if others.shape[0] >= 2 and others.shape[1]:
+        o_mean = others.mean(axis=0)
+        o_disp = np.abs(others - o_mean).mean(axis=0) / np.where(o_mean > 0, o_mean, 1.0)
+        others_dispersion = float(np.median(o_disp))
+    else:  # a 2-rank job has no "others" to compare among
+        others_dispersion = 0.0
     slowest = np.argmax(x, axis=0)
     top_share = float(np.bincount(slowest, minlength=w.world).max() / len(slowest))
     return StragglerStats(
@@ -148,6 +157,7 @@ def straggler_stats(w: JobWindow) -> StragglerStats | None:
         dispersion=dispersion,
         top_share=top_share,
         rho=_spearman_consecutive(x),
+        others_dispersion=others_dispersion,
     )
 
 
@@ -157,7 +167,8 @@ def _is_persistent(st: StragglerStats) -> bool:
         and st.lead >= PERSISTENT_MIN_LEAD
         and st.block_win >= PERSISTENT_BLOCK_WIN
         and st.fraction >= PERSISTENT_MIN_FRACTION
-        and len(st.times) - st.start >= max(MIN_SAMPLES, 10 * PERSISTENT_MIN_BLOCKS)
+        and len(st.times) - st.start >= MIN_SAMPLES
+        and st.others_dispersion < PERSISTENT_MAX_OTHERS_DISPERSION
     )
 
 
