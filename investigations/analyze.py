@@ -107,6 +107,9 @@ def job_summary(
             "first": int(steps.min()) if steps is not None and len(steps) else None,
             "last": int(steps.max()) if steps is not None and len(steps) else None,
             "count": len(np.unique(steps)) if steps is not None else 0,
+            # progress lines that printed a loss: a Trainer writing metric dicts without a
+            # bar prints no step number, which is not "saw no training"
+            "logged": len(window.steps.with_loss()) if len(window.steps) else 0,
         },
         "interval": {"start": min(times), "end": max(times)} if times else None,
         "verdicts": [v["family"] for v in verdicts if v["subject"]["job"] == job],
@@ -193,6 +196,8 @@ def format_job(j: dict[str, Any], start: float | None) -> str:
     st = j["steps"]
     if st["count"]:
         parts.append(f"steps {st['first']}–{st['last']} ({st['count']} seen)")
+    elif st.get("logged"):
+        parts.append(f"{st['logged']} progress lines seen (no step numbers printed)")
     else:
         parts.append("no training step seen")
     if j["interval"] is not None and start is not None:

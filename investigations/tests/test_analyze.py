@@ -125,7 +125,14 @@ def test_healthy_trace_has_no_verdict(tmp_path: Path) -> None:
     parsed = [parser.feed(r["line"]) for r in records if r["type"] == "log"]
     steps = {p.step for p in parsed if p is not None and p.kind == PROGRESS and p.step is not None}
     assert len(steps) > 10
-    assert job["steps"] == {"first": min(steps), "last": max(steps), "count": len(steps)}
+    assert job["steps"] == {
+        "first": min(steps),
+        "last": max(steps),
+        "count": len(steps),
+        "logged": sum(
+            1 for p in parsed if p is not None and p.kind == PROGRESS and p.loss is not None
+        ),
+    }
     assert job["kind"] == "training" and job["verdicts"] == []
     assert (
         job["interval"]["start"] >= records[0]["ts"]
@@ -238,7 +245,7 @@ def test_per_rank_traces_are_one_run(tmp_path: Path) -> None:
             "world_size": 2,
             "ranks": [0, 1],
             "processes": 2,
-            "steps": {"first": 10, "last": 30, "count": 3},
+            "steps": {"first": 10, "last": 30, "count": 3, "logged": 3},
             "interval": {"start": T0, "end": T0 + 111},
             "verdicts": [],
         }
@@ -283,7 +290,7 @@ def test_job_state_and_kind_from_what_was_seen(tmp_path: Path) -> None:
         "c": ("unknown", "running", None),
     }
     assert jobs["a"]["interval"] == {"start": T0, "end": T0 + 6}
-    assert jobs["a"]["steps"] == {"first": None, "last": None, "count": 0}
+    assert jobs["a"]["steps"] == {"first": None, "last": None, "count": 0, "logged": 0}
 
 
 def test_analyze_applies_the_shared_limits_and_names_each_line(tmp_path: Path) -> None:
