@@ -8,6 +8,7 @@ Healthy controls carry {"family": None, "category": None, "subject": None, "onse
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -678,6 +679,45 @@ def fabric_degraded(ctx: ScenarioContext) -> SimRun:
     )
 
 
+@dataclass
+class _SbeRise:
+    node_id: int
+    li: int  # local GPU index on the node
+    g: int  # global GPU index
+    t0: float  # onset
+    i0: int  # onset sample
+    profile: np.ndarray  # corrected-error rate per sample
+
+
+def _sbe_rise(
+    s: _Setup, plan: JobPlan, *, onset_max: float, preexisting_max: int, rate: tuple[float, float]
+) -> _SbeRise:
+    """One GPU of the job whose corrected (single-bit) ECC error rate rises exponentially from
+    a random onset, over a flat pre-existing count (the start of a failing GPU)."""
+    node_id = int(s.rng.choice(plan.node_ids))
+    li = int(s.rng.integers(s.fleet.gpus_per_node))
+    g = s.fleet.gpu(node_id, li)
+    n = s.fleet.n_samples
+    t0 = s.at(float(s.rng.uniform(0.05, onset_max)))
+    i0 = s.fleet.index_at(t0)
+    f = s.fleet.faults
+    f.set_preexisting(
+        signals.DCGM_FI_DEV_ECC_SBE_VOL_TOTAL, g, int(s.rng.integers(0, preexisting_max))
+    )
+    tau = max(30.0, (n - i0) * s.rng.uniform(0.25, 0.5))
+    profile = np.where(
+        np.arange(n) >= i0, s.rng.uniform(*rate) * np.exp((np.arange(n) - i0) / tau), 0.0
+    )
+    f.rate_profile(signals.DCGM_FI_DEV_ECC_SBE_VOL_TOTAL, g, np.minimum(profile, 200.0))
+    return _SbeRise(node_id, li, g, t0, i0, profile)
+
+
+def _gpu_degrading_truth(s: _Setup, rise: _SbeRise, **detail: Any) -> SimRun:
+    ni = s.fleet.nodes[rise.node_id]
+    subj = _subject(node=ni.hostname, gpu=ni.gpu_uuids[rise.li])
+    return s.finish(_truth("gpu_degrading", "infrastructure", subj, rise.t0, **detail))
+
+
 @register(
     "gpu_degrading",
     kind="training",
@@ -687,19 +727,10 @@ def fabric_degraded(ctx: ScenarioContext) -> SimRun:
 def gpu_degrading(ctx: ScenarioContext) -> SimRun:
     s = _Setup(ctx)
     plan = s.plan()
-    node_id = int(s.rng.choice(plan.node_ids))
-    li = int(s.rng.integers(s.fleet.gpus_per_node))
-    g = s.fleet.gpu(node_id, li)
+    rise = _sbe_rise(s, plan, onset_max=0.4, preexisting_max=30, rate=(0.02, 0.1))
+    g, i0, profile = rise.g, rise.i0, rise.profile
     n = s.fleet.n_samples
-    t0 = s.at(float(s.rng.uniform(0.05, 0.4)))
-    i0 = s.fleet.index_at(t0)
     f = s.fleet.faults
-    f.set_preexisting(signals.DCGM_FI_DEV_ECC_SBE_VOL_TOTAL, g, int(s.rng.integers(0, 30)))
-    tau = max(30.0, (n - i0) * s.rng.uniform(0.25, 0.5))
-    profile = np.where(
-        np.arange(n) >= i0, s.rng.uniform(0.02, 0.1) * np.exp((np.arange(n) - i0) / tau), 0.0
-    )
-    f.rate_profile(signals.DCGM_FI_DEV_ECC_SBE_VOL_TOTAL, g, np.minimum(profile, 200.0))
     for j in np.sort(
         s.rng.choice(np.arange(i0, n), size=min(n - i0, int(s.rng.integers(2, 6))), replace=False)
     ):
@@ -727,12 +758,7 @@ def gpu_degrading(ctx: ScenarioContext) -> SimRun:
             np.minimum(profile * 0.5, 50.0),
         )
     s.simulate(plan)
-    ni = s.fleet.nodes[node_id]
-    return s.finish(
-        _truth(
-            "gpu_degrading", "infrastructure", _subject(node=ni.hostname, gpu=ni.gpu_uuids[li]), t0
-        )
-    )
+    return _gpu_degrading_truth(s, rise)
 
 
 @register(
@@ -744,19 +770,9 @@ def gpu_degrading(ctx: ScenarioContext) -> SimRun:
 def xid92_warning(ctx: ScenarioContext) -> SimRun:
     s = _Setup(ctx)
     plan = s.plan()
-    node_id = int(s.rng.choice(plan.node_ids))
-    li = int(s.rng.integers(s.fleet.gpus_per_node))
-    g = s.fleet.gpu(node_id, li)
+    rise = _sbe_rise(s, plan, onset_max=0.35, preexisting_max=60, rate=(0.05, 0.3))
+    g, li, i0 = rise.g, rise.li, rise.i0
     n = s.fleet.n_samples
-    t0 = s.at(float(s.rng.uniform(0.05, 0.35)))
-    i0 = s.fleet.index_at(t0)
-    f = s.fleet.faults
-    f.set_preexisting(signals.DCGM_FI_DEV_ECC_SBE_VOL_TOTAL, g, int(s.rng.integers(0, 60)))
-    tau = max(30.0, (n - i0) * s.rng.uniform(0.25, 0.5))
-    profile = np.where(
-        np.arange(n) >= i0, s.rng.uniform(0.05, 0.3) * np.exp((np.arange(n) - i0) / tau), 0.0
-    )
-    f.rate_profile(signals.DCGM_FI_DEV_ECC_SBE_VOL_TOTAL, g, np.minimum(profile, 200.0))
     res = s.simulate(plan)
     # The driver warns once the corrected-error rate crosses its threshold, again while it
     # stays high: 1–4 XID 92s in the second half of the rise.
@@ -772,13 +788,4 @@ def xid92_warning(ctx: ScenarioContext) -> SimRun:
             value=92,
             text=xid_line(92, li, int(rank["pid"]) if rank else pid),
         )
-    ni = s.fleet.nodes[node_id]
-    return s.finish(
-        _truth(
-            "gpu_degrading",
-            "infrastructure",
-            _subject(node=ni.hostname, gpu=ni.gpu_uuids[li]),
-            t0,
-            xid=92,
-        )
-    )
+    return _gpu_degrading_truth(s, rise, xid=92)
