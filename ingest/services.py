@@ -499,6 +499,7 @@ def _store_processes(
                     "pid": r["pid"],
                 },
             )
+    ended_jobs: set[int] = set()
     for r in batch.exits:
         ended = _dt(r["ts_us"])
         process, _ = Process.objects.get_or_create(
@@ -510,6 +511,49 @@ def _store_processes(
         process.exit_code, process.exited_at = r["exit_code"], ended
         process.last_seen_at = max(process.last_seen_at, ended)
         process.save(update_fields=["exit_code", "exited_at", "last_seen_at"])
+        if process.job_id is not None:
+            ended_jobs.add(process.job_id)
+    for job_pk in sorted(ended_jobs):
+        _end_job_when_every_rank_exited(job_pk)
+
+
+# Jobs whose scheduler reports their end itself (Slurm through its job records, Kubernetes
+# through the pod): their ranks exiting is not the job's end (a Slurm job may run more steps).
+SCHEDULERS_THAT_REPORT_ENDS = frozenset({"slurm", "kubernetes"})
+
+
+def _end_job_when_every_rank_exited(job_pk: int) -> None:
+    """A job no scheduler describes (torchrun workers, a plain process) ends when every one
+    of its ranks' processes has exited: completed if all exited 0, else failed with the first
+    non-zero code. Its world size, if no job record gave one, is what the ranks' processes
+    said. Nothing changes while a rank is still running or has not been seen yet."""
+    job = Job.objects.select_for_update().get(pk=job_pk)
+    if job.state in TERMINAL_STATES or job.scheduler in SCHEDULERS_THAT_REPORT_ENDS:
+        return
+    ranks = list(JobRank.objects.filter(job_id=job_pk).values_list("rank", "node_id", "pid"))
+    procs = {
+        (p.node_id, p.pid): p
+        for p in Process.objects.filter(job_id=job_pk, rank__isnull=False).only(
+            "node_id", "pid", "world_size", "exit_code", "exited_at"
+        )
+    }
+    world = job.world_size or max((p.world_size or 0 for p in procs.values()), default=0)
+    if not world or len({rank for rank, _n, _p in ranks}) < world:
+        return
+    exits = []
+    for _rank, node_id, pid in ranks:
+        proc = procs.get((node_id, pid))
+        if proc is None or proc.exited_at is None:
+            return
+        exits.append(proc)
+    codes = [p.exit_code for p in exits if p.exit_code is not None]
+    failed = next((c for c in codes if c != 0), None)
+    job.world_size = world
+    job.state = JobState.FAILED if failed is not None else JobState.COMPLETED
+    job.exit_code = failed if failed is not None else (0 if codes else None)
+    job.ended_at = max(p.exited_at for p in exits if p.exited_at is not None)
+    job.last_seen_at = max(job.last_seen_at, job.ended_at)
+    job.save(update_fields=["world_size", "state", "exit_code", "ended_at", "last_seen_at"])
 
 
 # --- rollups and retention -------------------------------------------------------------------

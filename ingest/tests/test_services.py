@@ -323,3 +323,62 @@ def test_every_job_record_of_a_batch_applies_not_only_the_last() -> None:
     assert job.scheduler == "proof-exec" and job.world_size == 2 and job.kind == "training"
     assert job.state == "completed" and job.exit_code == 0 and job.ended_at is not None
     assert job.attributes.get("slurm_account") == "team-a"
+
+
+def _rank_records(job: str, now: float, *, world: int = 2) -> list[dict[str, object]]:
+    return [
+        {
+            "type": "process",
+            "ts": now - 9,
+            "node": "node-a",
+            "pid": 500 + rank,
+            "job": job,
+            "rank": rank,
+            "local_rank": rank,
+            "world_size": world,
+            "cmd": ["python", "-m", "train"],
+        }
+        for rank in range(world)
+    ]
+
+
+def _exit(pid: int, code: int, ts: float) -> dict[str, object]:
+    return {"type": "exit", "ts": ts, "node": "node-a", "pid": pid, "exit_code": code}
+
+
+def _stored_job(operator_id: int, job_id: str) -> Job:
+    with tenant_context(operator_id):
+        return Job.objects.for_tenant(operator_id).get(job_id=job_id)
+
+
+@pytest.mark.parametrize(
+    ("codes", "state", "exit_code"), [((0, 0), "completed", 0), ((0, 3), "failed", 3)]
+)
+def test_a_job_without_a_scheduler_ends_when_every_rank_exited(
+    codes: tuple[int, int], state: str, exit_code: int
+) -> None:
+    # torchrun workers under one `proof-agent exec` each: no job record says the world size
+    # or the end; the ranks' process and exit records do.
+    tenant = make_tenant(f"ing-ranks-end-{state}")
+    op, job_id, now = tenant.operator.pk, "torchelastic-3f2a", time.time()
+    store(op, gpu_batch(job=job_id, sequence=1, extra_records=_rank_records(job_id, now)))
+    store(op, gpu_batch(job=job_id, sequence=2, extra_records=[_exit(500, codes[0], now - 4)]))
+    half = _stored_job(op, job_id)
+    assert half.state == "running" and half.ended_at is None  # rank 1 still runs
+    store(op, gpu_batch(job=job_id, sequence=3, extra_records=[_exit(501, codes[1], now - 2)]))
+    job = _stored_job(op, job_id)
+    assert (job.state, job.exit_code, job.world_size) == (state, exit_code, 2)
+    assert job.ended_at is not None and abs(job.ended_at.timestamp() - (now - 2)) < 0.01
+
+
+def test_a_slurm_job_is_not_ended_by_its_ranks_exiting() -> None:
+    tenant = make_tenant("ing-ranks-slurm")
+    op, now = tenant.operator.pk, time.time()
+    records: list[dict[str, object]] = [
+        {"type": "job", "ts": now - 9, "job": "777", "scheduler": "slurm", "state": "running"},
+        *_rank_records("777", now),
+        _exit(500, 0, now - 3),
+        _exit(501, 0, now - 2),
+    ]
+    store(op, gpu_batch(job="777", extra_records=records))
+    assert _stored_job(op, "777").state == "running"  # sacct's record says when it ends

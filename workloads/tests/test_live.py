@@ -143,14 +143,6 @@ def test_live_torchrun_per_rank_exec_is_one_job_of_two_ranks(
     ], offline.jobs
     # The stored job: both ranks, their world, and ended when both ranks exited 0.
     assert job.ranks == [0, 1], job
-    if job.world_size is None and job.state == "running":
-        # Exactly the known gap, and only it (any other outcome is asserted below).
-        pytest.xfail(
-            "known gap (docs/detectors.md, Real runs): a torchelastic job whose ranks run under "
-            "proof-agent exec gets no job record with its world size or end state (exec sends "
-            "them only for a job it owns) and ingest derives neither from the ranks' "
-            "process/exit records: the stored job stays 'running', world_size null"
-        )
     assert job.world_size == 2, job
     assert job.state == "completed", job
 
