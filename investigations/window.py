@@ -15,7 +15,7 @@ The same builder serves the live pipeline (an `IngestStore`) and `proof analyze`
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -249,6 +249,24 @@ def _place(out: np.ndarray, row: int, s: SeriesData, t0: float, dt: float, add: 
         out[row, idx[ok]] = s.values[ok]
 
 
+def _bar_refreshes(rows: list[LogRow]) -> list[LogRow]:
+    """Rows with Lightning's tqdm bar split into its refreshes. Outside a terminal the bar
+    redraws with `\r` and never ends its line, so one log line holds a whole fit, a
+    `train_loss_step=` per refresh; the parser reads one state a line (the last), which would
+    leave the run one loss point. Only bars that carry a loss are split: a plain progress
+    bar's refreshes say nothing its last one does not."""
+    out: list[LogRow] = []
+    for row in rows:
+        line = row.line
+        if "\r" in line and "Epoch " in line and "_loss" in line:
+            parts = [part for part in line.split("\r") if part.strip()]
+            if len(parts) > 1:
+                out.extend(replace(row, line=part) for part in parts)
+                continue
+        out.append(row)
+    return out
+
+
 def parse_logs(rows: list[LogRow]) -> tuple[StepTable, list[Checkpoint], list[LogEvent]]:
     """Training progress, checkpoints and errors from a job's log lines (agent/parsers/training).
 
@@ -268,7 +286,7 @@ def parse_logs(rows: list[LogRow]) -> tuple[StepTable, list[Checkpoint], list[Lo
     def f(x: float | None) -> float:
         return nan if x is None else float(x)
 
-    for row in rows:
+    for row in _bar_refreshes(rows):
         parser = parsers.setdefault((row.node, row.pid), tp.LogParser())
         p = parser.feed(row.line)
         if p is None:

@@ -16,8 +16,8 @@ import pytest
 
 from investigations.analyze import analyze_trace
 from investigations.detectors.progress import describe_change, times
-from investigations.store import TraceStore
-from investigations.window import StepTable, build_job_window
+from investigations.store import LogRow, TraceStore
+from investigations.window import StepTable, build_job_window, parse_logs
 
 REAL = Path(__file__).parents[2] / "agent" / "tests" / "data" / "real"
 
@@ -168,3 +168,23 @@ def test_an_epoch_printed_too_coarsely_gives_no_steps() -> None:
     lines.append((1100.05, "\r 33%|███▎      | 100/300 [00:30<00:28,  1.00it/s]"))
     st = parse_logs(_rows(sorted(lines)))[0].with_loss()
     assert np.isnan(st.step).all()  # epochs 0.0, …, 0.01, 0.01, … cannot tell steps apart
+
+
+def test_a_collapsed_lightning_bar_is_every_refresh_with_its_loss() -> None:
+    # What Lightning's tqdm bar writes to a pipe: \r redraws and no newline until the fit
+    # ends, each refresh with its train_loss_step (the shape of the workload suite's capture).
+    refreshes = [
+        f"Epoch {e}:  {k * 25}%|{'█' * k}{' ' * (4 - k)}| {k * 8}/32 "
+        f"[00:0{k}<00:0{4 - k}, 12.00it/s, v_num=0, train_loss_step={4.0 - e * 0.5 - k * 0.1:.3f}]"
+        for e in range(2)
+        for k in range(1, 5)
+    ]
+    row = LogRow(1_796_154_500.0, "n0", 10, 0, "stderr", "\r".join(refreshes))
+    table, _ckpts, _events = parse_logs([row])
+    printed = table.with_loss()
+    assert len(printed) == 8
+    assert list(np.round(printed.loss, 3)) == [3.9, 3.8, 3.7, 3.6, 3.4, 3.3, 3.2, 3.1]
+    # a bar without a loss stays one row: its refreshes add nothing its last one does not
+    plain = "\r".join(f"{k * 25}%|{'█' * k}| {k}/4 [00:0{k}<00:00, 9.00it/s]" for k in range(1, 5))
+    table, _c, _e = parse_logs([LogRow(1_796_154_500.0, "n0", 10, 0, "stderr", plain)])
+    assert len(table) == 1
