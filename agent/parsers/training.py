@@ -61,6 +61,7 @@ LIGHTNING = "lightning"
 AXOLOTL = "axolotl"
 PYTORCH = "pytorch"
 NCCL = "nccl"
+GLOO = "gloo"
 GENERIC = "generic"
 
 
@@ -528,6 +529,27 @@ _WATCHDOG = re.compile(
     r"Watchdog caught collective operation timeout: WorkNCCL\(SeqNum=(\d+), OpType=(\w+)"
     r".*?Timeout\(ms\)=(\d+)\) ran for (\d+) milliseconds"
 )
+# gloo (the CPU backend) when a collective's peer never comes: the line torch 2.13 raises,
+# recorded here with a rank that stopped before its all-reduce:
+# `RuntimeError: [../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78] Timed out
+# waiting 20000ms for recv operation to complete`
+_GLOO_TIMEOUT = re.compile(r"gloo/.*\] Timed out waiting (\d+)ms for (\w+) operation to complete")
+
+
+def collective_timeout(text: str) -> tuple[str, int] | None:
+    """(operation, timeout in ms) when `text` is a collective-communication timeout: NCCL's
+    watchdog or gloo's, as a line or as the message ending a traceback; else None."""
+    if "Timed out waiting" in text:
+        m = _GLOO_TIMEOUT.search(text)
+        if m:
+            return m.group(2), int(m.group(1))
+    if "Watchdog caught" in text:
+        w = _WATCHDOG.search(text)
+        if w:
+            return w.group(2), int(w.group(3))
+    return None
+
+
 _RANK_IN_LINE = re.compile(r"\[(?:PG ID \d+ PG GUID \S+ )?Rank (\d+)\]")
 _NCCL_INIT = re.compile(r"comm 0x[0-9a-f]+ rank (\d+) nranks (\d+) .*Init COMPLETE")
 _NCCL_BW = re.compile(r"# Avg bus bandwidth\s*:\s*([\d.]+)")
@@ -570,6 +592,10 @@ def parse_common(line: str) -> ParsedLine | None:
                 ran_ms=int(m.group(4)),
                 rank=int(rk.group(1)) if rk else None,
             )
+    if "Timed out waiting" in line:
+        m = _GLOO_TIMEOUT.search(line)
+        if m:
+            return ParsedLine(NCCL_TIMEOUT, GLOO, op=m.group(2), timeout_ms=int(m.group(1)))
     if "NCCL" in line or "nccl" in line:
         if "Init COMPLETE" in line:
             m = _NCCL_INIT.search(line)

@@ -430,3 +430,37 @@ def test_torchrun_tee_prefix_is_stripped_without_claiming_a_rank() -> None:
     assert p is not None and p.step == 7 and p.loss == 2.5 and p.rank is None
     # a bracketed word without a number is not a launcher prefix
     assert t.strip_prefix("[INFO]: starting")[0] == "[INFO]: starting"
+
+
+GLOO_TIMEOUT = (
+    "[rank0]: RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/"
+    "unbound_buffer.cc:78] Timed out waiting 20000ms for recv operation to complete"
+)
+
+
+def test_gloo_and_nccl_collective_timeouts_are_recognised() -> None:
+    # gloo's line as torch 2.13.0 CPU printed it here when a rank never reached its all-reduce
+    body, rank = t.strip_prefix(GLOO_TIMEOUT)
+    assert rank == 0 and t.collective_timeout(body) == ("recv", 20000)
+    p = t.parse_line("[E1201 20:59:22 gloo] " + body.split("RuntimeError: ", 1)[1])
+    assert p is not None and p.kind == t.NCCL_TIMEOUT and p.framework == t.GLOO
+    assert (p.op, p.timeout_ms) == ("recv", 20000)
+    nccl = (
+        "[Rank 3] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=7, "
+        "OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600012 milliseconds"
+    )
+    assert t.collective_timeout(nccl) == ("ALLREDUCE", 600000)
+    assert t.collective_timeout("Timed out waiting for the bus") is None
+    # as the message ending a traceback (how torchrun's worker prints it) it is still found
+    parser = t.LogParser()
+    kinds = [
+        parser.feed(line)
+        for line in (
+            "[rank0]: Traceback (most recent call last):",
+            '[rank0]:   File "train.py", line 76, in main',
+            GLOO_TIMEOUT,
+        )
+    ]
+    end = kinds[-1]
+    assert end is not None and end.kind == t.TRACEBACK_END and end.rank == 0
+    assert end.error is not None and t.collective_timeout(end.error) == ("recv", 20000)

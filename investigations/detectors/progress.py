@@ -472,9 +472,103 @@ def detect_input_starvation(w: JobWindow) -> list[Finding]:
     return [f]
 
 
-def detect_collective_hang(w: JobWindow) -> list[Finding]:
-    if w.meta.kind == "inference" or w.world < 2:
+def _hang_from_timeouts(w: JobWindow) -> list[Finding]:
+    """Without a GPU view of the ranks (no eBPF launches, no DCGM profiling: a CPU job, or a
+    node without either), a hang is seen only when the communication library itself says a
+    collective timed out (gloo's "Timed out waiting Nms for recv operation", NCCL's watchdog):
+    that is the evidence that every waiting rank sat in it for the whole timeout. The rank
+    that never arrived is the one rank of the world that did not time out, when the output
+    says which ranks did; else the job alone is the subject."""
+    timeouts = [(e, found) for e in w.log_events if (found := tp.collective_timeout(e.text))]
+    if not timeouts:
         return []
+    from investigations.detectors.hardware import fault_events
+
+    if fault_events(w):
+        return []  # a GPU/driver fault explains the hang: hardware_fault owns it
+    first, (op, timeout_ms) = timeouts[0]
+    world = w.meta.world_size or w.world
+    timed_out = {e.rank for e, _ in timeouts if e.rank is not None}
+    missing = sorted(set(range(world)) - timed_out) if world and timed_out else []
+    culprit = missing[0] if len(missing) == 1 else None
+    rank_info = next((r for r in w.ranks if r.rank == culprit), None)
+    a, b = first.ts - timeout_ms / 1000.0, timeouts[-1][0].ts
+    before = w.steps.step[(w.steps.ts <= first.ts) & np.isfinite(w.steps.step)]
+    last_step = int(before.max()) if len(before) else None
+    who = f"rank {culprit}" if culprit is not None else "one rank"
+    f = Finding(
+        family="collective_hang",
+        category=JOB,
+        title=f"Collective hang: {who} never arrived",
+        summary="",
+        recommendation=(
+            (
+                f"Dump rank {culprit}'s Python stack (py-spy dump --pid {rank_info.pid}) "
+                if rank_info is not None and rank_info.pid is not None
+                else "Dump the stuck ranks' Python stacks (py-spy dump --pid PID) "
+            )
+            + "to find where it stopped; check for rank-dependent code paths (data, logging, "
+            "checkpoint on rank 0 only, an early exit) before a collective."
+        ),
+        explanation="",
+        confidence=0.75 if culprit is not None else 0.6,
+        interval=(a, b),
+        subject=subject(
+            job=w.job,
+            node=rank_info.node if rank_info else None,
+            gpu=rank_info.gpu if rank_info else None,
+            rank=culprit,
+        ),
+    )
+    e1 = f.add(
+        "log: collective timeout",
+        (first.ts, b),
+        len(timeouts),
+        None,
+        first.text[:200],
+        job=w.job,
+    )
+    cites = [e1]
+    if last_step is not None:
+        cites.append(
+            f.add(
+                "log: last step before the hang",
+                (a, first.ts),
+                last_step,
+                None,
+                "the last training step printed before the timeout",
+                job=w.job,
+            )
+        )
+    ranks_txt = (
+        f"rank{'s' if len(timed_out) > 1 else ''} {', '.join(map(str, sorted(timed_out)))}"
+        if timed_out
+        else "a rank"
+    )
+    step_txt = f" after step {last_step} [{cites[1]}]" if last_step is not None else ""
+    tail = (
+        f"; rank {culprit}, the only rank of {world} that did not time out, never arrived"
+        if culprit is not None
+        else "; the output does not say which rank never arrived"
+    )
+    f.summary = (
+        f"At {hhmmss(first.ts)} {ranks_txt} timed out after {timeout_ms / 1000:.0f} s waiting "
+        f"in a {op} operation [{e1}]{step_txt}{tail}."
+    )
+    f.explanation = (
+        "The communication library gave up on a collective after its timeout: every rank "
+        "that reached it waited the whole time for one that never came. Proof saw this from "
+        "the job's output alone (no GPU kernel view of the ranks on this job)."
+    )
+    return [f]
+
+
+def detect_collective_hang(w: JobWindow) -> list[Finding]:
+    if w.meta.kind == "inference":
+        return []
+    if w.world < 2:
+        # No ranks with a GPU (a CPU job): only the library's own timeout can show a hang.
+        return _hang_from_timeouts(w) if (w.meta.world_size or 0) >= 2 else []
     launches = w.proc.get(signals.CUDA_LAUNCHES)
     sync = w.proc.get(signals.CUDA_SYNC_MS)
     eng = w.gpu.get(signals.DCGM_FI_PROF_GR_ENGINE_ACTIVE)
@@ -491,7 +585,7 @@ def detect_collective_hang(w: JobWindow) -> list[Finding]:
         none = np.nan_to_num(tensor, nan=0.0).max(axis=0) <= 0.02
         source = signals.DCGM_FI_PROF_PIPE_TENSOR_ACTIVE
     else:
-        return []
+        return _hang_from_timeouts(w)
     # "Blocked in a collective": the rank's host sits in synchronize for ≥ 90% of the interval,
     # or its GPU spins an NCCL kernel (engine active ≥ 0.9).
     blocked = np.zeros((w.world, len(w.times)), dtype=bool)
