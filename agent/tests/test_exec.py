@@ -267,7 +267,7 @@ def test_no_scheduler_the_run_is_execs_job_and_the_agent_joins_it(tmp_path: Path
         "state": "completed",
         "exit_code": 0,
         "ranks": [0],
-        "steps": {"first": 10, "last": 30, "count": 3},
+        "steps": {"first": 10, "last": 30, "count": 3, "logged": 3},
     }
     assert summary["interval"]["start"] == jobs[0]["ts"]
     assert summary["interval"]["end"] == jobs[-1]["ts"]

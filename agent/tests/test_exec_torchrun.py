@@ -123,7 +123,7 @@ def test_exec_around_torchrun(tmp_path: Path, script: Path) -> None:
         "state": "completed",
         "exit_code": 0,
         "ranks": [0, 1],
-        "steps": {"first": 1, "last": 5, "count": 5},
+        "steps": {"first": 1, "last": 5, "count": 5, "logged": 5},
     }
 
 
@@ -174,5 +174,5 @@ def test_torchrun_around_exec(tmp_path: Path, script: Path, static: bool) -> Non
         "state": "completed",
         "exit_code": 0,
         "ranks": [0, 1],
-        "steps": {"first": 1, "last": 5, "count": 5},
+        "steps": {"first": 1, "last": 5, "count": 5, "logged": 5},
     }
