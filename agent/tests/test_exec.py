@@ -13,8 +13,9 @@ import sys
 import time
 from pathlib import Path
 
-from agent.collectors.identity import IdentityCollector
+from agent.collectors.identity import IdentityCollector, ProcessIdentity
 from agent.collectors.nvml import GpuRef
+from agent.commands.exec import is_launcher, out_path
 from agent.trace.reader import TraceReader, validate_trace
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -346,8 +347,6 @@ def test_out_names_each_ranks_file(tmp_path: Path) -> None:
 
 
 def test_out_placeholders_and_launcher_names() -> None:
-    from agent.collectors.identity import ProcessIdentity
-    from agent.commands.exec import is_launcher, out_path
 
     ident = ProcessIdentity(pid=1, job="torchelastic-a/b", rank=3, local_rank=1, world_size=8)
     assert out_path("/t/{node}-{job}-{rank}-{local_rank}.jsonl", ident, "n1") == (

@@ -8,11 +8,15 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import pytest
 
-from agent.spool import HEADER_SIZE, Spool, SpoolError
+from agent.spool import HEADER_SIZE, DeadLetter, Spool, SpoolError
+from agent.trace import validate_trace
+from agent.transport.decode import write_trace
+from agent.transport.encode import BatchBuilder
 
 
 def batch(i: int, size: int = 100) -> bytes:
@@ -152,7 +156,6 @@ def test_rejects_what_it_cannot_hold(tmp_path: Path) -> None:
 
 def test_concurrent_append_and_ack(tmp_path: Path) -> None:
     """The agent thread appends while the sender thread peeks and acks (the transport's use)."""
-    import threading
 
     spool = Spool(tmp_path, max_bytes=1 << 22, segment_bytes=8192)
     total = 3000
@@ -182,10 +185,6 @@ def test_concurrent_append_and_ack(tmp_path: Path) -> None:
 
 
 def test_dead_letter_keeps_refused_batches_with_their_reason_capped(tmp_path: Path) -> None:
-    from agent.spool import DeadLetter
-    from agent.trace import validate_trace
-    from agent.transport.decode import write_trace
-    from agent.transport.encode import BatchBuilder
 
     builder = BatchBuilder("dl-agent")
     builder.add({"type": "log", "ts": 1767225600.0, "line": "hello", "node": "n1"})

@@ -1,6 +1,7 @@
 """The training-log parsers against every real log in tests/data/training and tests/data/nccl
 (copied from ../shared/fixtures/real/, provenance in its SOURCES.md)."""
 
+import gzip
 import json
 from pathlib import Path
 
@@ -295,7 +296,6 @@ REAL = DATA / "real"
 
 def real_logs(name: str) -> list[tuple[str, str]]:
     """(stream, line) of every log record of a real trace, in order, exactly as recorded."""
-    import gzip
 
     out = []
     with gzip.open(REAL / name, "rt") as fh:

@@ -16,6 +16,7 @@ from itertools import accumulate
 from typing import Any
 
 from agent import signals
+from agent.trace.writer import TraceError, TraceWriter
 from agent.wire import ingest_pb2
 
 _STRING_KEYS = (signals.NODE, signals.GPU, signals.JOB)
@@ -129,7 +130,6 @@ def write_trace(
     """Write the batch `data` as a v1 trace at `path` (the records as they came: a NUL or an
     over-long line is written as is, and reported by `proof-agent validate`); returns the
     number of records."""
-    from agent.trace.writer import TraceError, TraceWriter
 
     records = batch_records(data)
     written = 0

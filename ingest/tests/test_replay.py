@@ -3,9 +3,11 @@ client, real database)."""
 
 from __future__ import annotations
 
+import json
 import math
 import subprocess
 import sys
+import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -19,8 +21,10 @@ from agent.trace.reader import TraceReader
 from agent.transport.client import BatchSender, open_channel
 from agent.transport.replay import replay
 from ingest import selectors, services
+from ingest.models import LogLine
 from ingest.server import IngestServer
 from tenants import services as tenant_services
+from tenants.context import tenant_context
 from tenants.testing import make_tenant
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -118,11 +122,6 @@ def test_proof_replay_command_reports_refused_token(trace: Path) -> None:
 
 
 def test_replay_of_a_dirty_trace_sends_it_cleaned(tmp_path: Path) -> None:
-    import json
-    import time
-
-    from ingest.models import LogLine
-    from tenants.context import tenant_context
 
     now = time.time()
     records = [

@@ -4,6 +4,7 @@ series against its own history, so that no threshold depends on a GPU model or a
 from __future__ import annotations
 
 import time
+from statistics import NormalDist
 
 import numpy as np
 
@@ -179,8 +180,6 @@ def expected_max_normal(n: int) -> float:
     """E[max of n standard normals] (Blom's approximation; 0 for n ≤ 1)."""
     if n <= 1:
         return 0.0
-    from statistics import NormalDist
-
     return float(NormalDist().inv_cdf((n - 0.375) / (n + 0.25)))
 
 

@@ -9,9 +9,11 @@ import numpy as np
 import pytest
 
 from agent import signals
+from agent.sim import simulate
 from investigations.detectors import (
     detect_sequence_imbalance,
     detect_slow_rank,
+    detect_underfilled_batches,
     run_detectors,
 )
 from investigations.detectors.common import (
@@ -19,8 +21,11 @@ from investigations.detectors.common import (
     MATERIAL_MIN_SLOWDOWN_PCT,
     is_material,
     jitter_wait,
+    state_impact,
 )
+from investigations.detectors.stragglers import imbalance_stats
 from investigations.findings import Finding
+from investigations.store import TraceStore
 from investigations.tests.synthetic import window
 from investigations.tests.test_detectors_more import (
     _checkpoint_window,
@@ -28,7 +33,7 @@ from investigations.tests.test_detectors_more import (
     _inference_window,
 )
 from investigations.verdicts import build_verdicts
-from investigations.window import JobWindow
+from investigations.window import JobWindow, build_job_window
 
 
 def _sync_from_compute(compute: np.ndarray) -> np.ndarray:
@@ -183,7 +188,6 @@ def test_hang_and_underfilled_state_gpu_time_lost() -> None:
 def test_underfilled_endpoint_with_nothing_to_save_is_no_verdict() -> None:
     one = _inference_window(3, 32, 0.25, 0)
     one.ranks = one.ranks[:1]  # a single GPU: no replica to consolidate
-    from investigations.detectors import detect_underfilled_batches
 
     found = detect_underfilled_batches(one)
     assert len(found) == 1 and found[0].gpu_hours_lost == 0  # underfilled, but …
@@ -193,7 +197,6 @@ def test_underfilled_endpoint_with_nothing_to_save_is_no_verdict() -> None:
 def test_impact_is_stated_once() -> None:
     w = _checkpoint_window(40, slow_storage=True)
     f = run_detectors(w)[0]
-    from investigations.detectors.common import state_impact
 
     n_evidence, summary = len(f.evidence), f.summary
     state_impact(f, w)
@@ -203,10 +206,6 @@ def test_impact_is_stated_once() -> None:
 def test_simulated_healthy_job_waits_a_few_percent_and_gets_no_verdict(tmp_path) -> None:
     """The simulator's healthy control jitters like a real all-reduce job: its ranks wait a
     few percent of every step for the slowest one, and that is no verdict."""
-    from agent.sim import simulate
-    from investigations.detectors.stragglers import imbalance_stats
-    from investigations.store import TraceStore
-    from investigations.window import build_job_window
 
     run = simulate("healthy_training", seed=13, duration_s=420, nodes=2, gpus_per_node=4)
     path = tmp_path / "healthy.jsonl"

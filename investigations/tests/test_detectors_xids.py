@@ -11,6 +11,8 @@ import numpy as np
 import pytest
 
 from agent import signals
+from agent.sim import simulate
+from investigations.analyze import analyze_trace
 from investigations.clearance import hardware_clearance
 from investigations.detectors import detect_gpu_degrading, detect_hardware_fault, run_detectors
 from investigations.detectors.xids import (
@@ -167,8 +169,6 @@ def test_warning_xid_implicates_only_the_gpu_an_infrastructure_verdict_blames() 
 
 
 def test_simulated_xid92_twin_analyzes_to_gpu_degrading_only(tmp_path: Path) -> None:
-    from agent.sim import simulate
-    from investigations.analyze import analyze_trace
 
     run = simulate("xid92_warning", seed=4, duration_s=420, nodes=1, gpus_per_node=4)
     path = tmp_path / "xid92.jsonl.gz"

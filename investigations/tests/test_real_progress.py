@@ -15,8 +15,9 @@ import numpy as np
 import pytest
 
 from investigations.analyze import analyze_trace
-from investigations.detectors.progress import describe_change, times
+from investigations.detectors.progress import describe_change, detect_no_learning, times
 from investigations.store import LogRow, TraceStore
+from investigations.tests.synthetic import steps, window
 from investigations.window import StepTable, build_job_window, parse_logs
 
 REAL = Path(__file__).parents[2] / "agent" / "tests" / "data" / "real"
@@ -119,8 +120,6 @@ def test_change_sentences_have_the_right_sign_and_scale() -> None:
 
 
 def test_a_flat_rise_below_explosion_is_still_no_learning_with_a_positive_change() -> None:
-    from investigations.detectors.progress import detect_no_learning
-    from investigations.tests.synthetic import steps, window
 
     loss = np.linspace(4.0, 4.4, 40)  # never fell; rose 10%, far from an explosion
     f = detect_no_learning(window(steps=steps(loss), state="completed"))
@@ -132,7 +131,6 @@ def test_a_flat_rise_below_explosion_is_still_no_learning_with_a_positive_change
 
 
 def _rows(lines: list[tuple[float, str]]) -> list[Any]:
-    from investigations.store import LogRow
 
     return [LogRow(ts, "n1", 7, 0, "stdout", line) for ts, line in lines]
 
@@ -142,7 +140,6 @@ def _dict(loss: float, epoch: float) -> str:
 
 
 def test_dict_steps_come_only_from_bars_that_end_right_after_a_dict() -> None:
-    from investigations.window import parse_logs
 
     bar = "\r 33%|███▎      | {n}/300 [00:30<00:28,  1.00it/s]"
     # 32 steps per epoch; logged every 10; saves at 100 (a logging step) and at 155 (not)
@@ -161,7 +158,6 @@ def test_dict_steps_come_only_from_bars_that_end_right_after_a_dict() -> None:
 
 
 def test_an_epoch_printed_too_coarsely_gives_no_steps() -> None:
-    from investigations.window import parse_logs
 
     # transformers 4 rounds the epoch to 2 decimals: 10,000 steps per epoch, logged every 10
     lines = [(1000.0 + k, _dict(3.0, round(k / 10000, 2))) for k in range(10, 301, 10)]

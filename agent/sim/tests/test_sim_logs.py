@@ -4,14 +4,17 @@ dates, paths and op names differ."""
 
 from __future__ import annotations
 
+import gzip
+import json
 import re
 import time
 from pathlib import Path
 
 import pytest
 
+from agent.parsers.training import LogParser
 from agent.sim import simulate
-from agent.sim.logs import StepLog, make_formatter, nccl_watchdog_lines, xid_line
+from agent.sim.logs import StepLog, make_formatter, nccl_watchdog_lines, tqdm_bar, xid_line
 
 DATA = Path(__file__).parent / "data"
 _NUM = re.compile(r"NAN|nan|[-+]?\d[\d,]*(\.\d+)?(E[-+]\d+)?")
@@ -128,8 +131,6 @@ def _segments(line: str) -> list[str]:
 
 
 def _real_segment_shapes(name: str) -> set[str]:
-    import gzip
-    import json
 
     out: set[str] = set()
     with gzip.open(REAL / name, "rt") as fh:
@@ -172,7 +173,6 @@ def test_hf_trainer_bars_and_string_values_match_the_real_capture(variant: int) 
 
 
 def test_hf_trainer_variants_parse_to_the_same_progress() -> None:
-    from agent.parsers.training import LogParser
 
     for variant in range(4):
         fmt = make_formatter("hf_trainer", "/fsx/ck", world_size=8, variant=variant)
@@ -203,7 +203,6 @@ def test_hf_trainer_variants_parse_to_the_same_progress() -> None:
 
 
 def test_slow_steps_print_seconds_per_iteration() -> None:
-    from agent.sim.logs import tqdm_bar
 
     assert (
         tqdm_bar(100, 300, 1213.0, 12.1378) == " 33%|███▎      | 100/300 [20:13<40:27, 12.14s/it]"
