@@ -102,6 +102,12 @@ def _replace_surrogates(text: str) -> str:
     return "".join(REPLACEMENT if "\ud800" <= c <= "\udfff" else c for c in text)
 
 
+def is_clean(text: str, limit: int) -> bool:
+    """Within `limit` characters, no NUL, no lone surrogate: the usual case, which every
+    cleaning function returns untouched (two C-level scans for clean ASCII)."""
+    return len(text) <= limit and "\x00" not in text and not _unencodable(text)
+
+
 def clean_chars(text: str) -> str:
     """NUL characters and lone surrogates replaced by U+FFFD; nothing else changes."""
     if "\x00" in text:
@@ -125,7 +131,7 @@ def truncate(text: str, limit: int) -> str:
 
 def clean_text(text: str, limit: int) -> str:
     """Free text: bad characters replaced, then truncated to `limit` with a marker."""
-    if len(text) <= limit and "\x00" not in text and not _unencodable(text):
+    if is_clean(text, limit):
         return text
     return truncate(clean_chars(text), limit)
 
@@ -133,7 +139,7 @@ def clean_text(text: str, limit: int) -> str:
 def clean_line(line: str, limit: int = MAX_LOG_LINE_CHARS) -> str:
     """A job's output line: bad characters replaced; over the limit, a `\\r`-redrawn progress
     bar keeps its last redraw, and what is still over is truncated with a marker."""
-    if len(line) <= limit and "\x00" not in line and not _unencodable(line):
+    if is_clean(line, limit):
         return line
     line = clean_chars(line)
     if len(line) > limit and "\r" in line:
@@ -145,7 +151,7 @@ def clean_line(line: str, limit: int = MAX_LOG_LINE_CHARS) -> str:
 def clean_identifier(value: str, limit: int) -> str:
     """An id or name: bad characters replaced; over the limit, its start and a hash of the
     whole value (`…#1a2b3c4d`), so distinct long ids stay distinct."""
-    if len(value) <= limit and "\x00" not in value and not _unencodable(value):
+    if is_clean(value, limit):
         return value
     value = clean_chars(value)
     if len(value) <= limit:

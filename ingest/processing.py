@@ -163,13 +163,14 @@ class _Strings:
             )
         return self.strings[index]
 
-    def checked(self, index: int, limit: int, what: str) -> str:
-        """The string at `index`, which must meet `limit` (a _RecordProblem if not)."""
+    def checked(self, index: int, limit: int, what: str, field: str) -> str:
+        """The string at `index`, which must meet `limit` (a _RecordProblem naming `what`'s
+        `field` if not). The message is built only for a refused record."""
         text = self.get(index, what)
-        if index in self.flagged:
+        if index in self.flagged or len(text) > limit:
             problem = L.text_problem(text, limit)
             if problem is not None:
-                raise _RecordProblem(problem[0], f"{what}: {problem[1]}")
+                raise _RecordProblem(problem[0], f"{what}: {field}: {problem[1]}")
         return text
 
     def labels(self, indices: Any, what: str) -> tuple[tuple[str, str], ...]:
@@ -196,11 +197,11 @@ def _opt(ident: Any, name: str) -> int | None:
 
 def _identity(ident: Any, strings: _Strings, what: str) -> dict[str, Any]:
     return {
-        "node": strings.checked(ident.node, L.MAX_NODE_CHARS, f"{what}: node"),
-        "gpu": strings.checked(ident.gpu, L.MAX_GPU_CHARS, f"{what}: gpu"),
+        "node": strings.checked(ident.node, L.MAX_NODE_CHARS, what, "node"),
+        "gpu": strings.checked(ident.gpu, L.MAX_GPU_CHARS, what, "gpu"),
         "gpu_index": _opt(ident, "gpu_index"),
         "pid": _opt(ident, "pid"),
-        "job": strings.checked(ident.job, L.MAX_JOB_CHARS, f"{what}: job"),
+        "job": strings.checked(ident.job, L.MAX_JOB_CHARS, what, "job"),
         "rank": _opt(ident, "rank"),
         "local_rank": _opt(ident, "local_rank"),
         "step": _opt(ident, "step"),
@@ -323,10 +324,11 @@ def _decode_samples(
                 )
             ident = sd.identity
             if flagged:
-                node = strings.checked(ident.node, L.MAX_NODE_CHARS, f"{what} ({name}): node")
-                gpu = strings.checked(ident.gpu, L.MAX_GPU_CHARS, f"{what} ({name}): gpu")
-                job = strings.checked(ident.job, L.MAX_JOB_CHARS, f"{what} ({name}): job")
-                strings.checked(sd.name, MAX_NAME, f"{what}: name")
+                label = f"{what} ({name})"
+                node = strings.checked(ident.node, L.MAX_NODE_CHARS, label, "node")
+                gpu = strings.checked(ident.gpu, L.MAX_GPU_CHARS, label, "gpu")
+                job = strings.checked(ident.job, L.MAX_JOB_CHARS, label, "job")
+                strings.checked(sd.name, MAX_NAME, what, "name")
             else:
                 node, gpu, job = get(ident.node, what), get(ident.gpu, what), get(ident.job, what)
             key = SeriesKey(
@@ -354,11 +356,12 @@ def _decode_samples(
     ts_ms = np.cumsum(np.array(batch.ts_ms, dtype=np.int64))
     keep = np.isfinite(values)
     lo_ms, hi_ms = window.lo_us // 1000, window.hi_us // 1000
-    if not bad_series and keep.all() and lo_ms <= ts_ms.min() and ts_ms.max() <= hi_ms:
+    first, last = int(ts_ms.min()), int(ts_ms.max())
+    if not bad_series and keep.all() and lo_ms <= first and last <= hi_ms:
         # The usual batch: every sample good, nothing to mask (no per-sample work).
         out.series = series  # type: ignore[assignment]  # no None in it
         out.counts, out.ts_ms, out.values = counts, ts_ms, values
-        _check_span(ts_ms, limits)
+        _check_span(first, last, limits)
         return
     in_window = (ts_ms >= lo_ms) & (ts_ms <= hi_ms)
     keep &= in_window
@@ -378,18 +381,18 @@ def _decode_samples(
     out.series = [k for k in series if k is not None]
     out.counts = kept_counts[series_ok] if bad_series else kept_counts
     out.ts_ms, out.values = ts_ms, values
-    _check_span(ts_ms, limits)
-
-
-def _check_span(ts_ms: np.ndarray, limits: Limits) -> None:
     if len(ts_ms):
-        lo, hi = int(ts_ms.min()), int(ts_ms.max())
-        if hi - lo > limits.max_span_ms:
-            raise BatchRejected(
-                "span",
-                f"samples span {(hi - lo) / 1000:.0f} s, over the limit of "
-                f"{limits.max_span_ms / 1000:.0f} s per batch",
-            )
+        _check_span(int(ts_ms.min()), int(ts_ms.max()), limits)
+
+
+def _check_span(lo: int, hi: int, limits: Limits) -> None:
+    """The first and last kept sample (ms) must lie within one batch's span."""
+    if hi - lo > limits.max_span_ms:
+        raise BatchRejected(
+            "span",
+            f"samples span {(hi - lo) / 1000:.0f} s, over the limit of "
+            f"{limits.max_span_ms / 1000:.0f} s per batch",
+        )
 
 
 def _reject_samples(
@@ -439,27 +442,20 @@ def _decode_records(
             item = {
                 "ts_us": rec.ts_us,
                 **_identity(rec.identity, strings, what),
-                "stream": strings.checked(rec.stream, L.MAX_STREAM_CHARS, f"{what}: stream"),
+                "stream": strings.checked(rec.stream, L.MAX_STREAM_CHARS, what, "stream"),
                 "line": _text(rec.line, limits.max_line_bytes, what),
             }
         except _RecordProblem as problem:
             out.reject("log", i, problem.reason, problem.message)
-            continue
-        if len(item["stream"]) > L.MAX_STREAM_CHARS:
-            out.reject("log", i, L.TOO_LONG, f"{what}: stream over {L.MAX_STREAM_CHARS} characters")
             continue
         out.logs.append(item)
     for i, ev in enumerate(batch.events):
         what = f"event {i}"
         try:
             window.check_us(ev.ts_us, what)
-            name = strings.checked(ev.name, L.MAX_EVENT_NAME_CHARS, f"{what}: name")
+            name = strings.checked(ev.name, L.MAX_EVENT_NAME_CHARS, what, "name")
             if not name:
                 raise _RecordProblem("malformed", f"{what}: name is required")
-            if len(name) > L.MAX_EVENT_NAME_CHARS:
-                raise _RecordProblem(
-                    L.TOO_LONG, f"{what}: name over {L.MAX_EVENT_NAME_CHARS} characters"
-                )
             value = ev.value if ev.HasField("value") else None
             if value is not None and not math.isfinite(value):
                 raise _RecordProblem(
@@ -509,11 +505,10 @@ def _decode_records(
 
 def _decode_job(job: Any, what: str, strings: _Strings, window: _Window) -> dict[str, Any]:
     window.check_us(job.ts_us, what)
-    job_id = strings.checked(job.job, L.MAX_JOB_CHARS, f"{what}: job id")
-    if not job_id or len(job_id) > L.MAX_JOB_CHARS:
+    job_id = strings.checked(job.job, L.MAX_JOB_CHARS, what, "job id")
+    if not job_id:  # (too long was refused by `checked`)
         raise _RecordProblem(
-            L.TOO_LONG if job_id else "malformed",
-            f"{what}: job id must be 1 to {L.MAX_JOB_CHARS} characters",
+            "malformed", f"{what}: job id must be 1 to {L.MAX_JOB_CHARS} characters"
         )
     if job.state and job.state not in JOB_STATES:
         raise _RecordProblem(
@@ -530,7 +525,7 @@ def _decode_job(job: Any, what: str, strings: _Strings, window: _Window) -> dict
         raise _RecordProblem(
             L.TOO_MANY, f"{what}: {len(job.nodes)} nodes, over the limit of {L.MAX_JOB_NODES}"
         )
-    nodes = [strings.checked(n, L.MAX_NODE_CHARS, f"{what}: nodes") for n in job.nodes]
+    nodes = [strings.checked(n, L.MAX_NODE_CHARS, what, "nodes") for n in job.nodes]
     attributes = dict(job.attributes)
     problem = L.attributes_problem(attributes)
     if problem is not None:

@@ -29,11 +29,9 @@ import numpy as np
 from agent import signals
 from agent.collectors.identity import inference_server
 from investigations.detectors import run_detectors, run_fleet_health
-from investigations.store import TraceStore
+from investigations.store import TERMINAL_STATES, TraceStore
 from investigations.verdicts import build_verdicts
 from investigations.window import JobWindow, build_gpu_window, build_job_window
-
-_TERMINAL = ("completed", "failed", "cancelled")
 
 
 @dataclass
@@ -127,7 +125,7 @@ def _job_state(store: TraceStore, job: str) -> tuple[str, int | None]:
     codes when every one of them was seen to exit; `ended` when they were all seen gone with
     no exit code (the node agent is not their parent); else `running`."""
     meta = store.jobs()[job]
-    if meta.state in _TERMINAL:
+    if meta.state in TERMINAL_STATES:
         return meta.state, meta.exit_code
     procs = store.processes(job)
     codes = [p.exit_code for p in procs if p.exit_code is not None]

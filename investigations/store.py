@@ -141,7 +141,7 @@ class SignalStore(Protocol):
     def time_range(self) -> tuple[float, float]: ...
 
 
-_TERMINAL = ("completed", "failed", "cancelled")
+TERMINAL_STATES = ("completed", "failed", "cancelled")
 
 
 def is_gpu_scope(name: str) -> bool:
@@ -379,7 +379,7 @@ class TraceStore:
             meta.rerun_of = str(rec["rerun_of"])
         if isinstance(rec.get("config"), dict):
             meta.config.update(rec["config"])
-        if meta.state in _TERMINAL:
+        if meta.state in TERMINAL_STATES:
             meta.end_ts = rec["ts"]
 
     def _add_process(self, rec: dict[str, Any]) -> None:

@@ -15,7 +15,8 @@ The same builder serves the live pipeline (an `IngestStore`) and `proof analyze`
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
 
 import numpy as np
 
@@ -102,17 +103,13 @@ class StepTable:
         if self.has_loss is None or bool(self.has_loss.all()):
             return self
         k = self.has_loss
-        return StepTable(
-            self.ts[k],
-            self.step[k],
-            self.loss[k],
-            self.lr[k],
-            self.grad_norm[k],
-            self.iter_ms[k],
-            None,
-            None if self.epoch is None else self.epoch[k],
-            None if self.grad_bad is None else self.grad_bad[k],
-        )
+        # every column, whatever columns come later; has_loss is all-true once filtered
+        kept: dict[str, Any] = {
+            f.name: None if (v := getattr(self, f.name)) is None else v[k]
+            for f in fields(self)
+            if f.name != "has_loss"
+        }
+        return StepTable(**kept)
 
     def grad_nonfinite(self) -> np.ndarray:
         """Rows whose line printed a non-finite gradient norm (`nan`, `inf`); a line without

@@ -23,7 +23,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -209,7 +209,6 @@ class Run:
     stderr: str
     trace: Path | None
     analysis: Analysis | None = None
-    notes: dict[str, Any] = field(default_factory=dict)
 
     @property
     def command(self) -> str:
@@ -273,15 +272,6 @@ def record_exec(
     if analyze_trace and run.trace is not None:
         run.analysis = analyze(run.trace)
     return run
-
-
-def job_ids(records: Sequence[Record]) -> set[str]:
-    """Every job id the agent keyed a record with."""
-    return {str(r["job"]) for r in records if r.get("job") not in (None, "")}
-
-
-def ranks_seen(records: Sequence[Record]) -> set[int]:
-    return {int(r["rank"]) for r in records if isinstance(r.get("rank"), int)}
 
 
 def job_field(job: Mapping[str, Any], *names: str) -> Any:

@@ -112,8 +112,6 @@ class NodeAgent:
         cmd = list(argv) if wrapped else [*self.exec_prefix(), *argv]
         done = run_command(cmd, timeout=timeout, env=run_env())
         run = Run(name, cmd, done.rc, done.wall_s, done.stdout, done.stderr, None)
-        run.notes["started"] = time.time() - run.wall_s
-        run.notes["ended"] = time.time()
         self.runs.append(run)
         return run
 

@@ -593,9 +593,9 @@ def parse_common(line: str) -> ParsedLine | None:
                 rank=int(rk.group(1)) if rk else None,
             )
     if "Timed out waiting" in line:
-        m = _GLOO_TIMEOUT.search(line)
-        if m:
-            return ParsedLine(NCCL_TIMEOUT, GLOO, op=m.group(2), timeout_ms=int(m.group(1)))
+        gloo = collective_timeout(line)
+        if gloo is not None:
+            return ParsedLine(NCCL_TIMEOUT, GLOO, op=gloo[0], timeout_ms=gloo[1])
     if "NCCL" in line or "nccl" in line:
         if "Init COMPLETE" in line:
             m = _NCCL_INIT.search(line)

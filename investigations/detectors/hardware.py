@@ -8,16 +8,15 @@ import numpy as np
 
 from agent import signals
 from investigations.detectors.common import counter_delta, gpu_hours, hhmmss, rate_trend
-from investigations.detectors.xids import FAULT_XIDS, WARNING_XIDS, xid_name
+from investigations.detectors.xids import FAULT, WARNING, xid_kind, xid_name
 from investigations.findings import INFRASTRUCTURE, Finding, subject
 from investigations.store import EventRow
 from investigations.window import GpuWindow, JobWindow
 
-# XIDs that are a fault on the job's GPU (NVIDIA's XID catalogue, see xids.py): 48 DBE, 64
-# row-remap failure, 74 NVLink, 79 fallen off the bus, 94/95 contained/uncontained ECC, 119/120
-# GSP, 140 unrecovered ECC, …. Warnings (63 remap recorded, 92 high single-bit rate) feed fleet
-# health instead; application XIDs (13, 31, 43, 45) are the program's own errors.
-HARDWARE_XIDS = FAULT_XIDS
+# XIDs are classed by xids.py (NVIDIA's XID catalogue): faults (48 DBE, 64 row-remap failure,
+# 74 NVLink, 79 fallen off the bus, 94/95 ECC, 119/120 GSP, 140, …) hit the job; warnings (63
+# remap recorded, 92 high single-bit rate) feed fleet health; application XIDs (13, 31, 43,
+# 45) are the program's own errors.
 # Counters whose increase alone implicates the hardware (uncorrected errors and remap
 # failures); corrected ones (SBE, NVLink CRC, PCIe replays) are normal in small numbers.
 FAULT_COUNTERS: tuple[str, ...] = (
@@ -61,9 +60,9 @@ def fault_events(w: JobWindow) -> list[EventRow]:
     for e in w.events:
         if e.gpu and e.gpu not in gpus:
             continue
-        if (
-            e.name == signals.EVENT_XID and e.value is not None and int(e.value) in HARDWARE_XIDS
-        ) or (e.name in (signals.EVENT_ECC_DBE, signals.EVENT_GPU_LOST) and e.gpu):
+        if (e.name == signals.EVENT_XID and xid_kind(e.value) == FAULT) or (
+            e.name in (signals.EVENT_ECC_DBE, signals.EVENT_GPU_LOST) and e.gpu
+        ):
             out.append(e)
     return out
 
@@ -371,11 +370,7 @@ def detect_gpu_degrading(g: GpuWindow) -> list[Finding]:
                     "separate HW/thermal throttling episodes (baseline: samples throttled)",
                 )
             )
-    warn = [
-        e
-        for e in g.events
-        if e.name == signals.EVENT_XID and e.value is not None and int(e.value) in WARNING_XIDS
-    ]
+    warn = [e for e in g.events if e.name == signals.EVENT_XID and xid_kind(e.value) == WARNING]
     if warn:
         codes = sorted({int(e.value or 0) for e in warn})
         signs.append(

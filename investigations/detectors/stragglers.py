@@ -90,6 +90,12 @@ class StragglerStats:
     others_dispersion: float  # median, after `start`, of the other ranks' dispersion
 
 
+def relative_dispersion(x: np.ndarray) -> np.ndarray:
+    """Per sample (column): the ranks' mean absolute deviation from their mean, relative to it."""
+    mean = x.mean(axis=0)
+    return np.abs(x - mean).mean(axis=0) / np.where(mean > 0, mean, 1.0)
+
+
 def _spearman_consecutive(x: np.ndarray) -> float:
     if x.shape[0] < 3 or x.shape[1] < 3:
         return 1.0
@@ -113,7 +119,6 @@ def straggler_stats(w: JobWindow) -> StragglerStats | None:
         return None
     x = busy_all[:, mask]
     times = w.times[mask]
-    mean = x.mean(axis=0)
     med = np.median(x, axis=0)
     scale = float(np.median(med[med > 0])) if (med > 0).any() else 1.0
     lead = (x - med) / scale  # (R, n)
@@ -134,12 +139,10 @@ def straggler_stats(w: JobWindow) -> StragglerStats | None:
         block_win = float(np.mean(np.argmax(blocks, axis=0) == cand))
     else:
         block_win = 0.0
-    dispersion = np.abs(x - mean).mean(axis=0) / np.where(mean > 0, mean, 1.0)
+    dispersion = relative_dispersion(x)
     others = np.delete(x[:, start:], cand, axis=0)
     if others.shape[0] >= 2 and others.shape[1]:
-        o_mean = others.mean(axis=0)
-        o_disp = np.abs(others - o_mean).mean(axis=0) / np.where(o_mean > 0, o_mean, 1.0)
-        others_dispersion = float(np.median(o_disp))
+        others_dispersion = float(np.median(relative_dispersion(others)))
     else:  # a 2-rank job has no "others" to compare among
         others_dispersion = 0.0
     slowest = np.argmax(x, axis=0)
@@ -212,8 +215,7 @@ def imbalance_stats(w: JobWindow, st: StragglerStats | None = None) -> Imbalance
         return None
     xb = st.busy[:, : nb * blk].reshape(w.world, nb, blk).mean(axis=2)
     tb = st.times[: nb * blk : blk]
-    mean_b = xb.mean(axis=0)
-    disp_b = np.abs(xb - mean_b).mean(axis=0) / np.where(mean_b > 0, mean_b, 1.0)
+    disp_b = relative_dispersion(xb)
     # The imbalance may begin mid-window (a data-mix change): judge the raised segment.
     k = shift_start(disp_b, min_len=max(3, MIN_SAMPLES // blk))
     seg = disp_b[k:]

@@ -183,7 +183,6 @@ _ROWS: tuple[XidInfo, ...] = (
 CATALOGUE: dict[int, XidInfo] = {x.code: x for x in _ROWS}
 FAULT_XIDS = frozenset(c for c, x in CATALOGUE.items() if x.kind == FAULT)
 WARNING_XIDS = frozenset(c for c, x in CATALOGUE.items() if x.kind == WARNING)
-APPLICATION_XIDS = frozenset(c for c, x in CATALOGUE.items() if x.kind == APPLICATION)
 
 
 def xid_kind(code: float | int | None) -> str | None:
