@@ -53,6 +53,14 @@ MAX_AGENT_ID_CHARS = 128  # BatchReceipt.agent_id, Node.agent_id
 MAX_JOB_KIND_CHARS = 32  # Job.kind
 MAX_JOB_NAME_CHARS = 255  # Job.name
 MAX_SCHEDULER_CHARS = 64  # Job.scheduler
+# A job record's free-text fields and their limits (agent encoder, trace reader and ingest).
+JOB_TEXT_LIMITS: tuple[tuple[str, int], ...] = (
+    ("kind", MAX_JOB_KIND_CHARS),
+    ("name", MAX_JOB_NAME_CHARS),
+    ("scheduler", MAX_SCHEDULER_CHARS),
+    ("state", MAX_JOB_KIND_CHARS),
+    ("rerun_of", MAX_JOB_CHARS),
+)
 # --- labels and job attributes (jsonb objects) --------------------------------------------------
 MAX_LABELS = 32  # per series or event
 MAX_LABEL_KEY_CHARS = 128

@@ -514,12 +514,7 @@ def _decode_job(job: Any, what: str, strings: _Strings, window: _Window) -> dict
         raise _RecordProblem(
             "malformed", f"{what}: state {job.state[:40]!r} is not one of {', '.join(JOB_STATES)}"
         )
-    for name, limit in (
-        ("kind", L.MAX_JOB_KIND_CHARS),
-        ("name", L.MAX_JOB_NAME_CHARS),
-        ("scheduler", L.MAX_SCHEDULER_CHARS),
-        ("rerun_of", L.MAX_JOB_CHARS),
-    ):
+    for name, limit in L.JOB_TEXT_LIMITS:  # (state was checked against JOB_STATES above)
         _text(getattr(job, name), limit, f"{what}: {name}")
     if len(job.nodes) > L.MAX_JOB_NODES:
         raise _RecordProblem(

@@ -333,11 +333,7 @@ _FIELD_LIMITS: dict[str, tuple[tuple[str, int, str], ...]] = {
     TYPE_PROCESS: (("cmd", limits.MAX_CMD_CHARS, "text"),),
     TYPE_EXIT: (),
     TYPE_JOB: (
-        ("kind", limits.MAX_JOB_KIND_CHARS, "text"),
-        ("name", limits.MAX_JOB_NAME_CHARS, "text"),
-        ("scheduler", limits.MAX_SCHEDULER_CHARS, "text"),
-        ("state", limits.MAX_JOB_KIND_CHARS, "text"),
-        ("rerun_of", limits.MAX_JOB_CHARS, "id"),
+        *((k, lim, "id" if k == "rerun_of" else "text") for k, lim in limits.JOB_TEXT_LIMITS),
         # Scheduler attributes (agent.transport.encode.JOB_ATTRIBUTES) travel as job attributes.
         ("slurm_account", limits.MAX_ATTRIBUTE_VALUE_CHARS, "id"),
         ("slurm_partition", limits.MAX_ATTRIBUTE_VALUE_CHARS, "id"),

@@ -30,13 +30,6 @@ from agent.wire import ingest_pb2
 # Scheduler attributes that operators' customer-mapping rules match on.
 JOB_ATTRIBUTES = ("slurm_account", "slurm_partition", "slurm_user", "k8s_namespace")
 _INT_IDENTITY = (signals.GPU_INDEX, signals.PID, signals.RANK, signals.LOCAL_RANK)
-_JOB_TEXT_LIMITS = (
-    ("kind", limits.MAX_JOB_KIND_CHARS),
-    ("name", limits.MAX_JOB_NAME_CHARS),
-    ("scheduler", limits.MAX_SCHEDULER_CHARS),
-    ("state", limits.MAX_JOB_KIND_CHARS),
-    ("rerun_of", limits.MAX_JOB_CHARS),
-)
 
 
 def _text_bytes(text: str) -> int:
@@ -278,7 +271,7 @@ class BatchBuilder:
         msg = self._batch.jobs.add(
             ts_us=ts_us, job=self._s(self._id(rec["job"], limits.MAX_JOB_CHARS))
         )
-        for key, limit in _JOB_TEXT_LIMITS:
+        for key, limit in limits.JOB_TEXT_LIMITS:
             if rec.get(key):
                 setattr(msg, key, self._text(rec[key], limit))
         nodes = rec.get("nodes")
