@@ -29,7 +29,7 @@ import numpy as np
 from agent import signals
 from agent.collectors.identity import inference_server
 from investigations.detectors import run_detectors, run_fleet_health
-from investigations.store import TERMINAL_STATES, TraceStore
+from investigations.store import TERMINAL_STATES, JobMeta, ProcessInfo, TraceStore
 from investigations.verdicts import build_verdicts
 from investigations.window import JobWindow, build_gpu_window, build_job_window
 
@@ -81,7 +81,7 @@ def job_summary(
     times = [t for t in (meta.first_ts, meta.last_ts, meta.end_ts) if t is not None]
     times += [p.first_ts for p in procs] + [p.exit_ts for p in procs if p.exit_ts is not None]
     times = [t for t in times if math.isfinite(t)]
-    state, exit_code = _job_state(store, job)
+    state, exit_code = _job_state(store, meta, procs)
     if meta.kind_recorded:
         kind = meta.kind
     elif window.inference or any(inference_server(_argv(p.cmd)) for p in procs):
@@ -120,14 +120,14 @@ def _argv(cmd: Any) -> list[str]:
     return str(cmd or "").split()
 
 
-def _job_state(store: TraceStore, job: str) -> tuple[str, int | None]:
+def _job_state(
+    store: TraceStore, meta: JobMeta, procs: Sequence[ProcessInfo]
+) -> tuple[str, int | None]:
     """The job's state: what a job record said it ended as; else from its processes' exit
     codes when every one of them was seen to exit; `ended` when they were all seen gone with
     no exit code (the node agent is not their parent); else `running`."""
-    meta = store.jobs()[job]
     if meta.state in TERMINAL_STATES:
         return meta.state, meta.exit_code
-    procs = store.processes(job)
     codes = [p.exit_code for p in procs if p.exit_code is not None]
     if procs and len(codes) == len(procs):
         failed = [c for c in codes if c != 0]
@@ -136,7 +136,7 @@ def _job_state(store: TraceStore, job: str) -> tuple[str, int | None]:
         1
         for node in {p.node for p in procs}
         for e in store.events(node=node, t0=-math.inf, t1=math.inf)
-        if e.name == signals.EVENT_PROCESS_GONE and e.job == job
+        if e.name == signals.EVENT_PROCESS_GONE and e.job == meta.job
     )
     if procs and len(codes) + gone >= len(procs):
         return "ended", None
