@@ -44,8 +44,8 @@ def _template(node: str, series: int, seconds: int, job: str | None, seed: int) 
     """One batch: `series` series (GPU-scope mostly, some node-scope) × `seconds` samples at
     1 Hz, with values shaped like the real signals (constants, small integers, 3-decimal ratios,
     counters, watts to 0.1)."""
-    from agent import signals
-    from agent.transport.encode import BatchBuilder
+    from contract import signals
+    from contract.wire.encode import BatchBuilder
 
     rng = np.random.default_rng(seed)
     builder = BatchBuilder(f"bench-{node}")
@@ -81,8 +81,8 @@ def _template(node: str, series: int, seconds: int, job: str | None, seed: int) 
 def _agent(
     port: int, token: str, index: int, args: dict[str, Any], deadline: float, out: Any
 ) -> None:
-    from agent.transport.client import BatchSender, open_channel
-    from agent.wire import ingest_pb2
+    from contract.wire import ingest_pb2
+    from contract.wire.client import BatchSender, open_channel
 
     node = f"bench-{args['run']}-node-{index}"
     job = JOB_ID if index < JOB_NODES else None

@@ -1,7 +1,7 @@
 """Batch decoding and validation as plain functions: no gRPC, no database.
 
 `decode_batch()` turns a wire Batch into plain Python/numpy values. A record that breaks a
-rule — a limit of agent/limits.py (the one set the agent cleans to: NUL characters, lengths,
+rule — a limit of contract/limits.py (the one set the agent cleans to: NUL characters, lengths,
 label counts), a bad string index, a non-finite value, a timestamp outside the accepted
 window — is refused alone: it is left out of the DecodedBatch and listed in its `rejections`,
 and the rest of the batch is stored. A series is one record (refused with all its samples);
@@ -21,8 +21,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from agent import limits as L
-from agent.wire import ingest_pb2
+from contract import limits as L
+from contract.wire import ingest_pb2
 from ingest.storage import MAX_BLOCK_SPAN_MS
 
 JOB_STATES = ("running", "completed", "failed", "cancelled")
@@ -236,7 +236,7 @@ def _text(text: str, limit: int, what: str) -> str:
 def decode_batch(
     batch: Any, limits: Limits, *, now: float | None = None, size: int | None = None
 ) -> DecodedBatch:
-    """Validate and decode one wire Batch (agent.wire.ingest_pb2.Batch): bad records are
+    """Validate and decode one wire Batch (contract.wire.ingest_pb2.Batch): bad records are
     left out and listed in `rejections`; BatchRejected when the batch as a whole is unusable."""
     now = time.time() if now is None else now
     size = batch.ByteSize() if size is None else size

@@ -17,7 +17,7 @@ from django.db import connection
 from django.db.models import Q, TextField
 from django.db.models.functions import Cast
 
-from agent import signals
+from contract import signals
 from ingest import blocks
 from ingest.models import Event, Gpu, Job, JobRank, LogLine, Node, Series, SeriesRollup
 from ingest.storage import read_block_payloads

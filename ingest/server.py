@@ -33,8 +33,8 @@ from django.db import DataError, IntegrityError, close_old_connections, connecti
 from google.protobuf.message import DecodeError
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from agent import limits as L
-from agent.wire import ingest_pb2, ingest_pb2_grpc
+from contract import limits as L
+from contract.wire import ingest_pb2, ingest_pb2_grpc
 from ingest import metrics, services
 from ingest.processing import BatchRejected, DecodedBatch, Limits, decode_batch
 from tenants.services import resolve_agent_token
@@ -297,7 +297,7 @@ class IngestServicer(ingest_pb2_grpc.IngestServicer):
         operator_id = self._authenticate(context)
         if not request.agent_id or not request.hostname:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "agent_id and hostname are required")
-        # Cleaned exactly as the agent cleans the same values in its records (agent/limits.py),
+        # Cleaned exactly as the agent cleans the same values in its records (contract/limits.py),
         # so the node and GPU ids of Register match those of the batches.
         gpus = [
             {

@@ -1,6 +1,6 @@
 """The detectors on live data: a `SignalStore` over ingest's storage, for one tenant.
 
-`IngestStore` answers the questions `investigations.window` asks (the same interface as the
+`IngestStore` answers the questions `engine.window` asks (the same interface as the
 offline `TraceStore`) from `ingest.selectors`, converting ingest's rows to the detectors'
 dataclasses; process and job metadata, which ingest has no selector for, are read from
 ingest's inventory tables as the tenant (reads only). `detect_job()` / `detect_gpu()` run the
@@ -14,9 +14,9 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
+from engine.store import EventRow, JobMeta, LogRow, ProcessInfo, SeriesData, SeriesInfo
 from ingest import selectors as ingest_selectors
 from ingest.models import Gpu, Job, Process, Series
-from investigations.store import EventRow, JobMeta, LogRow, ProcessInfo, SeriesData, SeriesInfo
 from tenants.context import tenant_context
 
 # Enough log lines for 30 min of a large job's progress lines; beyond it the oldest are kept.
@@ -203,9 +203,9 @@ def detect_job(
     operator_id: int, job: str, t0: float, t1: float
 ) -> tuple[Any, list[dict[str, Any]]]:
     """(the job's window over [t0, t1], its verdicts as DESIGN §7 dicts)."""
-    from investigations.detectors import run_detectors
-    from investigations.verdicts import build_verdicts
-    from investigations.window import build_job_window
+    from engine.detectors import run_detectors
+    from engine.verdicts import build_verdicts
+    from engine.window import build_job_window
 
     store = IngestStore(operator_id, _spans(operator_id, [job]))
     related = store.jobs()
@@ -219,9 +219,9 @@ def detect_gpu(
     operator_id: int, gpu: str, window_s: float
 ) -> tuple[tuple[float, float], list[dict[str, Any]]] | None:
     """Fleet health of one GPU over the last `window_s` seconds, or None for an unknown GPU."""
-    from investigations.detectors import run_fleet_health
-    from investigations.verdicts import build_verdicts
-    from investigations.window import build_gpu_window
+    from engine.detectors import run_fleet_health
+    from engine.verdicts import build_verdicts
+    from engine.window import build_gpu_window
 
     store = IngestStore(operator_id)
     where = store._gpus().get(gpu)

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from agent import signals
+from contract import signals
 
 METHOD_ENGINE_EBPF = "engine+ebpf"
 METHOD_ENGINE = "engine"
@@ -58,7 +58,7 @@ def split_gpu_time(
 ) -> list[GpuSplit]:
     """Each of the window's GPUs' time in (after, until], split by the formula above.
 
-    `window` is a JobWindow (investigations.window): `times` (T,), `dt`, `ranks` (rank, node,
+    `window` is a JobWindow (engine.window): `times` (T,), `dt`, `ranks` (rank, node,
     gpu), `gpu[name]` and `proc[name]` arrays of shape (ranks, T) with NaN where unsampled."""
     times = np.asarray(window.times, dtype=np.float64)
     if not len(times) or not window.ranks:

@@ -5,7 +5,7 @@
 #   DEPS_FROM=venv bash packaging/build-agent.sh  # offline: copy them from this interpreter
 #   OUT=/tmp/proof-agent.pyz PYTHON=.venv/bin/python bash packaging/build-agent.sh
 #
-# Format: a shiv zipapp (PEP 441). It holds the `agent` package and its runtime requirements
+# Format: a shiv zipapp (PEP 441). It holds the `agent`, `contract` and `simulator` packages and its runtime requirements
 # (pyproject base dependencies + the [agent] extra: numpy, grpcio, protobuf, nvidia-ml-py,
 # prometheus-client) — never Django. Compiled extensions (numpy, grpcio) cannot be imported
 # from inside a zip, so on first start shiv unpacks the file once into ~/.shiv/ (or
@@ -44,14 +44,17 @@ case "$DEPS_FROM" in
     ;;
 esac
 
-# The agent package itself, without its tests (and their fixture data) or bytecode.
-mkdir -p "$site/agent"
-(cd agent && find . -type f \
-   -not -path "./tests/*" -not -path "*/tests/*" -not -path "*/__pycache__/*" -not -name "*.pyc" \
-   -print0 | while IFS= read -r -d '' f; do
-     mkdir -p "$site/agent/$(dirname "$f")"
-     cp "$f" "$site/agent/$f"
-   done)
+# The packages a node runs (the agent, the contract below it, the simulator its sim backend
+# uses), without their tests (and their fixture data) or bytecode.
+for pkg in agent contract simulator; do
+  mkdir -p "$site/$pkg"
+  (cd "$pkg" && find . -type f \
+     -not -path "./tests/*" -not -path "*/tests/*" -not -path "*/__pycache__/*" -not -name "*.pyc" \
+     -print0 | while IFS= read -r -d '' f; do
+       mkdir -p "$site/$pkg/$(dirname "$f")"
+       cp "$f" "$site/$pkg/$f"
+     done)
+done
 for forbidden in django celery psycopg; do
   if [ -e "$site/$forbidden" ]; then
     echo "build-agent: $forbidden ended up in the executable; refusing" >&2

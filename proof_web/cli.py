@@ -21,11 +21,11 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     ),
     "manage": ("proof_web.commands.manage", "run a Django management command"),
     "ingest": ("proof_web.commands.ingest", "run the ingest gRPC server agents stream to"),
-    "replay": ("agent.transport.replay", "send a trace to an ingest server as an agent would"),
+    "replay": ("contract.wire.replay", "send a trace to an ingest server as an agent would"),
     "bench": ("ingest.bench", "benchmarks: `proof bench ingest` (throughput, latency, footprint)"),
-    "analyze": ("investigations.analyze", "run the detectors on a trace file, print verdicts"),
-    "eval": ("investigations.evaluation", "score the detectors on every simulator scenario"),
-    "simulate": ("agent.sim.cli", "write a simulated GPU-fleet trace for a scenario (no database)"),
+    "analyze": ("engine.analyze", "run the detectors on a trace file, print verdicts"),
+    "eval": ("engine.evaluation", "score the detectors on every simulator scenario"),
+    "simulate": ("simulator.cli", "write a simulated GPU-fleet trace for a scenario (no database)"),
 }
 
 

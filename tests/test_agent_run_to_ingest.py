@@ -48,7 +48,7 @@ def test_run_streams_a_simulated_node_into_ingest(server: IngestServer, tmp_path
     argv += ["--server", f"127.0.0.1:{server.port}", "--token", token]
     argv += ["--spool-dir", str(spool_dir), "--out", str(trace)]
     assert agent_main(argv) == 0
-    from agent.trace import validate_trace
+    from contract.trace import validate_trace
 
     report = validate_trace(trace)
     assert report.ok and report.counts["sample"] > 100

@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from agent import signals
 from agent.spool import Spool
-from agent.transport.client import BatchSender, open_channel
 from agent.transport.sink import GrpcSink, make_sink
+from contract import signals
+from contract.wire.client import BatchSender, open_channel
 from ingest import services
 from ingest.models import BatchReceipt, Event
 from ingest.server import IngestServer
@@ -238,7 +238,7 @@ def test_node_backend_run_from_config_into_ingest(ingest: Ingest, tmp_path: Path
         assert (
             agent_main(["run", "--config", str(path), "--duration", "3", "--out", str(trace)]) == 0
         )
-    from agent.trace import validate_trace
+    from contract.trace import validate_trace
 
     report = validate_trace(trace)
     assert report.ok and report.counts["sample"] > 100

@@ -3,7 +3,7 @@ on loopback, PostgreSQL): a NUL written to a tailed job log, a 26 KB `\\r`-colla
 line, a batch with one bad record from an agent that does not clean, and batches the server
 refuses (too big; data PostgreSQL itself refuses) — every good sample stored, the lines stored
 cleaned, every batch sent once (no resend loop), a refused batch kept in the dead letter with
-its reason while the agent goes on. See agent/limits.py, docs/ingest.md and docs/agent.md."""
+its reason while the agent goes on. See contract/limits.py, docs/ingest.md and docs/agent.md."""
 
 from __future__ import annotations
 
@@ -20,17 +20,17 @@ import pytest
 from django.db import connection, connections
 from prometheus_client import REGISTRY
 
-from agent import limits, signals
 from agent.collectors.logtail import LogTailCollector, TailSpec
 from agent.collectors.nvml import NvmlCollector
 from agent.collectors.nvml_sim import SimulatedNvml
 from agent.runtime.loop import Agent
 from agent.spool import Spool
-from agent.trace import validate_trace
-from agent.transport.client import BatchSender, open_channel
-from agent.transport.decode import batch_records
-from agent.transport.encode import BatchBuilder
 from agent.transport.sink import GrpcSink
+from contract import limits, signals
+from contract.trace import validate_trace
+from contract.wire.client import BatchSender, open_channel
+from contract.wire.decode import batch_records
+from contract.wire.encode import BatchBuilder
 from ingest import services
 from ingest.models import Event, LogLine
 from ingest.processing import Limits

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.transport.client import BatchSender, open_channel
-from agent.transport.replay import replay
+from contract.wire.client import BatchSender, open_channel
+from contract.wire.replay import replay
 from ingest import services
 from ingest.models import Job, JobRank, Process
 from ingest.server import IngestServer

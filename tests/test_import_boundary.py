@@ -1,4 +1,5 @@
-"""The agent installs and imports without the server stack.
+"""The agent (and the contract, simulator and engine below or beside it) installs and imports
+without the server stack.
 
 A GPU node runs `pip install proof[agent]` and `proof-agent`; nothing there may need Django,
 Celery, DRF, Channels or a PostgreSQL driver. Checked two ways: every agent module imports in
@@ -41,17 +42,18 @@ imported = []
 def record(name):
     failures[name] = traceback.format_exc(limit=-3)
 
-import agent
+import agent, contract, engine, simulator
 
-for info in pkgutil.walk_packages(agent.__path__, "agent.", onerror=record):
-    name = info.name
-    if ".tests" in name or name.endswith(("_test", ".conftest")):
-        continue
-    try:
-        importlib.import_module(name)
-        imported.append(name)
-    except BaseException:
-        record(name)
+for pkg in (agent, contract, simulator, engine):
+    for info in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + ".", onerror=record):
+        name = info.name
+        if ".tests" in name or name.endswith(("_test", ".conftest")):
+            continue
+        try:
+            importlib.import_module(name)
+            imported.append(name)
+        except BaseException:
+            record(name)
 
 leaked = sorted(m for m in sys.modules if m.split(".")[0] in BLOCKED)
 print(json.dumps({"imported": imported, "failures": failures, "leaked": leaked}))
@@ -70,7 +72,7 @@ def test_every_agent_module_imports_without_the_server_stack() -> None:
     )
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout.strip().splitlines()[-1])
-    assert "agent.cli" in report["imported"] and "agent.signals" in report["imported"]
+    assert {"agent.cli", "contract.signals", "simulator.run", "engine.analyze"} <= set(report["imported"])
     assert not report["failures"], (
         "agent modules that fail to import without the server stack:\n"
         + "\n".join(f"--- {name}\n{trace}" for name, trace in report["failures"].items())

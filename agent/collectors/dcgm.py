@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agent import signals
+from contract import signals
 
 log = logging.getLogger(__name__)
 

@@ -17,10 +17,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from agent import signals
 from agent.collectors._common import FetchFn, Record, WarnOnce, as_number, event, http_get
 from agent.collectors.prometheus import Scraper
-from agent.parsers.prometheus import Scrape
+from contract import signals
+from contract.parsers.prometheus import Scrape
 
 log = logging.getLogger(__name__)
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from agent import signals
 from agent.collectors._common import Record, WarnOnce
+from contract import signals
 
 log = logging.getLogger(__name__)
 

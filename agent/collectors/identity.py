@@ -48,9 +48,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent import signals
 from agent.collectors.nvml import GpuRef
 from agent.collectors.slurm import SlurmJobs
+from contract import signals
+from contract.identity import inference_server
 
 log = logging.getLogger(__name__)
 
@@ -147,18 +148,6 @@ SCHEDULER_EXEC = "proof-exec"
 _NO_RUN_ID = ("", "none")
 _HOST_MAX = 64  # node part of a derived id
 JOB_ID_MAX = 200  # ingest keeps job ids to 255 characters; derived ids stay well inside
-# Inference servers by the program or module they run as (a job's kind when no job record says).
-_INFERENCE_PROGRAMS = (
-    "vllm",
-    "vllm.entrypoints",
-    "sglang.launch_server",
-    "text-generation-launcher",
-    "text-generation-server",
-    "tritonserver",
-    "trtllm-serve",
-    "llama-server",
-    "ollama",
-)
 
 
 @dataclass(frozen=True)
@@ -207,15 +196,6 @@ def read_boot_id(proc_root: str | Path = "/proc") -> str | None:
     except OSError:
         return None
     return text or None
-
-
-def inference_server(cmd: Iterable[str] | None) -> bool:
-    """Whether a command line runs a known inference server (vLLM, SGLang, TGI, Triton, …)."""
-    for arg in cmd or ():
-        name = arg.rsplit("/", 1)[-1]
-        if any(name == p or name.startswith(p + ".") for p in _INFERENCE_PROGRAMS):
-            return True
-    return False
 
 
 def identity_from_env(

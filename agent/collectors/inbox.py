@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agent.trace.records import check_record
+from contract.trace.records import check_record
 
 log = logging.getLogger(__name__)
 Record = dict[str, Any]

@@ -30,10 +30,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent import signals
 from agent.collectors._common import FetchFn, Record, WarnOnce, as_number, http_get
 from agent.collectors.prometheus import Scraper
-from agent.parsers.prometheus import Scrape
+from contract import signals
+from contract.parsers.prometheus import Scrape
 
 log = logging.getLogger(__name__)
 

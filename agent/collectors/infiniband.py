@@ -20,8 +20,8 @@ import logging
 import os
 from pathlib import Path
 
-from agent import signals
 from agent.collectors._common import Record, WarnOnce, event
+from contract import signals
 
 log = logging.getLogger(__name__)
 

@@ -23,10 +23,10 @@ import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from agent import signals
 from agent.collectors._common import Record, WarnOnce, event
-from agent.limits import MAX_EVENT_TEXT_CHARS, clean_text, decode_output
-from agent.parsers.kernel import BOOT, Xid, gpu_announcement, normalize_pci, parse_xid
+from contract import signals
+from contract.limits import MAX_EVENT_TEXT_CHARS, clean_text, decode_output
+from contract.parsers.kernel import BOOT, Xid, gpu_announcement, normalize_pci, parse_xid
 
 log = logging.getLogger(__name__)
 

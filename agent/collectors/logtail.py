@@ -10,7 +10,7 @@ its path: `job`, `rank`, `local_rank`, `pid`), plus, when the training parser un
 - `rank`: from a launcher prefix (`[rank3]:`, `3: `) when the path did not say;
 - `file`: the path the line was read from.
 Lines the parser does not know are kept all the same, without `parsed`.
-Each line is cleaned before it is parsed (agent/limits.py): invalid UTF-8 and NUL bytes become
+Each line is cleaned before it is parsed (contract/limits.py): invalid UTF-8 and NUL bytes become
 U+FFFD, and a line over the limit keeps its last `\\r` redraw or is truncated with a marker.
 
 Rotation: the collector holds each file open and compares the path's inode with the open one on
@@ -33,10 +33,10 @@ import os
 from dataclasses import dataclass
 from typing import IO, Any
 
-from agent import signals
 from agent.collectors._common import Record, WarnOnce
-from agent.limits import clean_line, decode_output
-from agent.parsers.training import LogParser
+from contract import signals
+from contract.limits import clean_line, decode_output
+from contract.parsers.training import LogParser
 
 log = logging.getLogger(__name__)
 

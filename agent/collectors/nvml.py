@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent import signals
+from contract import signals
 
 log = logging.getLogger(__name__)
 

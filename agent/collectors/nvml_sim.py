@@ -102,7 +102,7 @@ class SimulatedNvml:
     def from_hardware(
         cls, arrays: dict[str, Any], uuids: list[str], *, name: str = "NVIDIA H100 80GB HBM3"
     ) -> SimulatedNvml:
-        """A simulated NVML backed by `agent.sim.hardware.simulate_gpus()` output (arrays of
+        """A simulated NVML backed by `simulator.hardware.simulate_gpus()` output (arrays of
         shape (n_gpus, n_samples), DCGM names); `set_sample(t)` moves every GPU to column t.
         A GPU whose readings are NaN/-1 at t (the model's "lost") raises GPU_IS_LOST."""
         nv = cls([SimGpu(uuid=u, name=name, nvlink_crc_flit=[0]) for u in uuids])
@@ -111,7 +111,7 @@ class SimulatedNvml:
         return nv
 
     def set_sample(self, t: int) -> None:
-        from agent import signals as s
+        from contract import signals as s
 
         hw = self.hardware
         if hw is None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 
 from agent.collectors._common import FetchFn, WarnOnce, http_get
-from agent.parsers.prometheus import ParseCache, Scrape, parse_text
+from contract.parsers.prometheus import ParseCache, Scrape, parse_text
 
 log = logging.getLogger(__name__)
 

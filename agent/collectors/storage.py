@@ -23,8 +23,8 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agent import signals
 from agent.collectors._common import Record, WarnOnce
+from contract import signals
 
 log = logging.getLogger(__name__)
 

@@ -175,7 +175,7 @@ def _assemble_sim(args: argparse.Namespace) -> Assembled:
     if not args.scenario:
         raise BackendError("--backend sim needs --scenario (see `proof simulate --list`)")
     try:
-        import agent.sim  # noqa: F401
+        import simulator  # noqa: F401
     except ImportError as exc:
         raise BackendError(f"the simulator is not available: {exc}") from exc
     if args.start_ts is not None:
@@ -196,7 +196,7 @@ def _assemble_sim(args: argparse.Namespace) -> Assembled:
             nodes=args.nodes,
             gpus_per_node=args.gpus_per_node,
         )
-    except KeyError as exc:  # agent.sim.UnknownScenario
+    except KeyError as exc:  # simulator.UnknownScenario
         raise BackendError(str(exc)) from exc
     except ValueError as exc:
         raise BackendError(f"simulator: {exc}") from exc

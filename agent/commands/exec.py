@@ -60,7 +60,6 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-from agent import signals as names
 from agent.collectors.identity import (
     ENV_JOB_ID,
     ENV_JOB_SCHEDULER,
@@ -74,7 +73,8 @@ from agent.collectors.identity import (
     parse_environ,
     read_stat,
 )
-from agent.limits import clean_line, decode_output
+from contract import signals as names
+from contract.limits import clean_line, decode_output
 
 log = logging.getLogger(__name__)
 
@@ -215,7 +215,7 @@ class _Recorder:
         self.first_progress_ts: float | None = None  # a training-progress line: kind training
         self.kind_written = False
         try:
-            from agent.parsers.training import LogParser, strip_prefix
+            from contract.parsers.training import LogParser, strip_prefix
 
             self._parser_cls: Any = LogParser
             self._strip_prefix: Any = strip_prefix
@@ -228,7 +228,7 @@ class _Recorder:
     def log_record(self, ts: float, stream: str, raw: bytes) -> Record:
         if raw.endswith(b"\r"):
             raw = raw[:-1]
-        line = clean_line(decode_output(raw))  # NUL, bad UTF-8, long lines: agent/limits.py
+        line = clean_line(decode_output(raw))  # NUL, bad UTF-8, long lines: contract/limits.py
         rec: Record = {"type": "log", "ts": ts, "line": line, "stream": stream, **self.base}
         if self._parser_cls is not None:
             parser = self.parsers.get(stream)

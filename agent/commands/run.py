@@ -142,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
             args.spool_dir = args.spool_dir or cfg.spool.dir
             extra["spool_max_bytes"] = cfg.spool.max_mib << 20
             if args.server == cfg.server.address:  # the configured server: its TLS settings
-                from agent.transport.client import TlsConfig
+                from contract.wire.client import TlsConfig
 
                 tls = cfg.server.tls
                 extra["tls"] = TlsConfig(root_cert=cfg.server.ca_file or None) if tls else None

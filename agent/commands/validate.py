@@ -1,7 +1,7 @@
 """`proof-agent validate TRACE`: check a trace against format v1 (DESIGN §5).
 
 Prints the meta line, the count of records per type and every problem with its line number;
-exits 1 when there is any problem, 0 otherwise. A record that breaks a limit of agent/limits.py
+exits 1 when there is any problem, 0 otherwise. A record that breaks a limit of contract/limits.py
 (a NUL, a line over 16384 characters, a GPU id over 96, …) is a problem too — the same rules
 the agent cleans to and ingest checks — but it is counted with its type (readers take it,
 cleaned), and the summary says how many were cleaned.
@@ -13,8 +13,8 @@ import argparse
 import json
 import sys
 
-from agent.trace import validate_trace
-from agent.trace.reader import MAX_KEPT_PROBLEMS
+from contract.trace import validate_trace
+from contract.trace.reader import MAX_KEPT_PROBLEMS
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -28,10 +28,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agent import signals
 from agent.ebpf._bcc import import_bcc
 from agent.ebpf.collector import EbpfCollector
 from agent.ebpf.probe_target import Built, Driver, build
+from contract import signals
 
 KINDS = ("launch", "sync", "allreduce")
 _PROBES = {"launch": "uprobe", "sync": "uprobe+uretprobe", "allreduce": "uprobe+uretprobe"}

@@ -28,7 +28,6 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from agent import signals
 from agent.collectors._common import Record, WarnOnce
 from agent.ebpf import bpfsys, discovery
 from agent.ebpf.calls import (
@@ -42,6 +41,7 @@ from agent.ebpf.calls import (
     Call,
 )
 from agent.ebpf.loader import LoadedProgram, load_in_child, load_or_explain
+from contract import signals
 
 log = logging.getLogger(__name__)
 

@@ -27,11 +27,11 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from agent import signals
 from agent.collectors._common import Record, WarnOnce
 from agent.ebpf import bpfsys, discovery
 from agent.ebpf.loader import WRITE_PROGRAM, LoadedProgram, load_in_child, load_or_explain
-from agent.limits import clean_line, decode_output
+from contract import signals
+from contract.limits import clean_line, decode_output
 
 log = logging.getLogger(__name__)
 

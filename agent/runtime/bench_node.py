@@ -94,7 +94,7 @@ def _serve_acks(conn: Any) -> None:
 
     import grpc
 
-    from agent.wire import ingest_pb2, ingest_pb2_grpc
+    from contract.wire import ingest_pb2, ingest_pb2_grpc
 
     series: set[tuple[Any, ...]] = set()
     counts = {"batches": 0, "samples": 0}
@@ -303,8 +303,8 @@ def bench_node(
     from agent.runtime.loop import Agent
     from agent.runtime.sim_backend import SimBackend
     from agent.spool import Spool
-    from agent.transport.client import BatchSender, open_channel
     from agent.transport.sink import GrpcSink
+    from contract.wire.client import BatchSender, open_channel
 
     notes: list[str] = []
     ctx = multiprocessing.get_context("spawn")

@@ -24,9 +24,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from agent import signals
 from agent.runtime.base import Record
-from agent.trace.records import TYPE_EXIT, TYPE_PROCESS
+from contract import signals
+from contract.trace.records import TYPE_EXIT, TYPE_PROCESS
 
 _PID_KEYS: tuple[str, ...] = (
     signals.JOB,

@@ -14,10 +14,10 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from agent import signals
 from agent.runtime.base import Clock, Collector, Record, Sink, SystemClock
 from agent.runtime.identity import IdentityJoin
-from agent.trace.records import TYPE_EVENT
+from contract import signals
+from contract.trace.records import TYPE_EVENT
 
 log = logging.getLogger(__name__)
 

@@ -83,7 +83,7 @@ def _ebpf_collectors(cfg: AgentConfig, node: str) -> list[Any]:
 
 def _pci_lookup(nvml: Any, nvml_collector: Any) -> Callable[[str], str | None]:
     """PCI bus id → GPU UUID, from NVML (built on first use, after NVML started)."""
-    from agent.parsers.kernel import normalize_pci
+    from contract.parsers.kernel import normalize_pci
 
     cache: dict[str, str] = {}
     built = False

@@ -1,6 +1,6 @@
 """The `sim` backend: a simulated run played to the agent as its collectors would have read it.
 
-The simulator (`agent.sim.simulate`) produces a whole run's records in ts order. `SimBackend`
+The simulator (`simulator.simulate`) produces a whole run's records in ts order. `SimBackend`
 releases them as the agent's clock passes their `ts`, routed to one collector per source the
 real agent has (NVML, DCGM profiling, eBPF, process table, scheduler, job logs, node counters,
 inference servers), so they flow through the real `Agent` loop, `IdentityJoin` and sink.
@@ -17,9 +17,16 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol
 
-from agent import signals
 from agent.runtime.base import Record
-from agent.trace.records import TYPE_EVENT, TYPE_EXIT, TYPE_JOB, TYPE_LOG, TYPE_PROCESS, TYPE_SAMPLE
+from contract import signals
+from contract.trace.records import (
+    TYPE_EVENT,
+    TYPE_EXIT,
+    TYPE_JOB,
+    TYPE_LOG,
+    TYPE_PROCESS,
+    TYPE_SAMPLE,
+)
 
 SOURCE_NVML = "sim.nvml"
 SOURCE_DCGM = "sim.dcgm"
@@ -54,7 +61,7 @@ _AMBIGUOUS: dict[str, Any] = {}
 
 
 class SimRunLike(Protocol):
-    """What the backend needs of `agent.sim.SimRun`."""
+    """What the backend needs of `simulator.SimRun`."""
 
     meta: dict[str, Any]
 
@@ -242,7 +249,7 @@ class SimBackend:
         simulate: SimulateFn | None = None,
     ) -> SimBackend:
         if simulate is None:
-            from agent.sim import simulate as simulate_default
+            from simulator import simulate as simulate_default
 
             simulate = simulate_default
         run = simulate(

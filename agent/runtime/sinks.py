@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from agent.runtime.base import Record
-from agent.trace.writer import TraceError, TraceWriter
+from contract.trace.writer import TraceError, TraceWriter
 
 log = logging.getLogger(__name__)
 

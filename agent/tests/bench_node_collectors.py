@@ -19,8 +19,8 @@ from agent.collectors.infiniband import InfinibandCollector
 from agent.collectors.kmsg import KmsgCollector
 from agent.collectors.logtail import LogTailCollector, TailSpec
 from agent.collectors.storage import StorageCollector
-from agent.parsers.prometheus import ParseCache, parse_text
 from agent.tests.ttar import extract
+from contract.parsers.prometheus import ParseCache, parse_text
 
 DATA = Path(__file__).parent / "data"
 

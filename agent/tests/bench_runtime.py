@@ -17,8 +17,8 @@ import tempfile
 import time
 from collections.abc import Sequence
 
-from agent import signals
 from agent.runtime import AcceleratedClock, Agent, MemorySink, Record, Sink, TraceSink
+from contract import signals
 
 T0 = 1767225600.0
 GPUS = [f"GPU-{i:08x}-1111-2222-3333-444455556666" for i in range(8)]

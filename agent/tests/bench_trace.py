@@ -16,8 +16,8 @@ import time
 
 import numpy as np
 
-from agent import signals
-from agent.trace import SampleColumns, TraceWriter, validate_trace
+from contract import signals
+from contract.trace import SampleColumns, TraceWriter, validate_trace
 
 T0 = 1767225600.0
 

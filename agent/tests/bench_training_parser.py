@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from agent.parsers.training import LogParser, parse_line
+from contract.parsers.training import LogParser, parse_line
 
 DATA = Path(__file__).parent / "data"
 

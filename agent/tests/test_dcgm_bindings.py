@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 
-from agent import signals
 from agent.collectors.dcgm import (
     PROFILING_FIELDS,
     Bindings,
@@ -18,7 +17,8 @@ from agent.collectors.dcgm import (
     DcgmUnavailable,
     load_bindings,
 )
-from agent.trace.records import check_record
+from contract import signals
+from contract.trace.records import check_record
 
 NODE = "gpu-node-07"
 

@@ -3,9 +3,9 @@ from pathlib import Path
 
 import pytest
 
-from agent import signals
 from agent.collectors.dcgm_exporter import DcgmExporterCollector
 from agent.tests.fileserver import serve
+from contract import signals
 
 DATA = Path(__file__).parent / "data" / "dcgm"
 L40S = (DATA / "dcgm_exporter_metrics_L40S_upcloud.prom").read_bytes()

@@ -7,9 +7,9 @@ from typing import Any
 
 import numpy as np
 
-from agent import signals
-from agent.transport.encode import BatchBuilder
-from agent.wire import ingest_pb2
+from contract import signals
+from contract.wire import ingest_pb2
+from contract.wire.encode import BatchBuilder
 
 
 def _decode(data: bytes) -> tuple[Any, dict[tuple[Any, ...], list[tuple[int, float]]]]:

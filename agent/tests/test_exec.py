@@ -16,7 +16,7 @@ from pathlib import Path
 from agent.collectors.identity import IdentityCollector, ProcessIdentity
 from agent.collectors.nvml import GpuRef
 from agent.commands.exec import is_launcher, out_path
-from agent.trace.reader import TraceReader, validate_trace
+from contract.trace.reader import TraceReader, validate_trace
 
 ROOT = Path(__file__).resolve().parents[2]
 AGENT = [sys.executable, "-c", "import sys; from agent.cli import main; sys.exit(main())"]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.trace.reader import TraceReader, validate_trace
+from contract.trace.reader import TraceReader, validate_trace
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent

@@ -7,11 +7,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from agent import signals
 from agent.collectors import gpu_node_collectors
 from agent.collectors.nvml_sim import SimulatedNvml
 from agent.config import parse_config
 from agent.runtime import Agent, ManualClock, MemorySink
+from contract import signals
 
 
 def test_gpu_samples_keyed_with_job_and_rank_of_a_real_process(tmp_path: Path) -> None:

@@ -3,9 +3,9 @@ from pathlib import Path
 
 import pytest
 
-from agent import signals
 from agent.collectors.host import HostCollector, cpu_times, mem_used_bytes
-from agent.trace import check_record
+from contract import signals
+from contract.trace import check_record
 
 MEMINFO = """\
 MemTotal:       16303428 kB

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from agent import signals
 from agent.collectors.identity import (
     IdentityCollector,
     identity_from_env,
@@ -20,7 +19,8 @@ from agent.collectors.identity import (
 )
 from agent.collectors.nvml import GpuRef
 from agent.collectors.slurm import SlurmJobs
-from agent.trace.records import check_record
+from contract import signals
+from contract.trace.records import check_record
 
 NODE = "gpu-node-07"
 DATA = Path(__file__).parent / "data" / "slurm"

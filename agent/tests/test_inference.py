@@ -3,7 +3,6 @@ from pathlib import Path
 
 import pytest
 
-from agent import signals
 from agent.collectors.inference import (
     InferenceCollector,
     InferenceServer,
@@ -12,6 +11,7 @@ from agent.collectors.inference import (
     server_from_cmdline,
 )
 from agent.tests.fileserver import serve
+from contract import signals
 
 DATA = Path(__file__).parent / "data" / "vllm"
 VLLM = (DATA / "vllm_metrics_datadog_fixture.prom").read_bytes()

@@ -2,10 +2,10 @@ from pathlib import Path
 
 import pytest
 
-from agent import signals
 from agent.collectors.infiniband import InfinibandCollector
 from agent.tests.ttar import extract
-from agent.trace import check_record
+from contract import signals
+from contract.trace import check_record
 
 DATA = Path(__file__).parent / "data" / "infiniband"
 

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from agent import signals
 from agent.collectors.kmsg import KmsgCollector
-from agent.parsers.kernel import BOOT, EPOCH, normalize_pci, parse_xid, split_prefix
-from agent.trace import check_record
+from contract import signals
+from contract.parsers.kernel import BOOT, EPOCH, normalize_pci, parse_xid, split_prefix
+from contract.trace import check_record
 
 XID = Path(__file__).parent / "data" / "xid"
 

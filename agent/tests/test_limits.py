@@ -1,10 +1,10 @@
-"""agent/limits.py: the one set of limits, and the pure cleaning and checking functions."""
+"""contract/limits.py: the one set of limits, and the pure cleaning and checking functions."""
 
 from __future__ import annotations
 
 import json
 
-from agent import limits as L
+from contract import limits as L
 
 
 def test_decode_output_replaces_nul_and_invalid_utf8() -> None:

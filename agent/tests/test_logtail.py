@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from agent import limits, signals
 from agent.collectors.logtail import LogTailCollector, TailSpec
-from agent.trace import check_record
+from contract import limits, signals
+from contract.trace import check_record
 
 DATA = Path(__file__).parent / "data" / "training"
 

@@ -17,7 +17,6 @@ from typing import Any
 
 import pytest
 
-from agent import signals
 from agent.collectors.nvml_sim import SimulatedNvml
 from agent.commands._backend import _assemble_node
 from agent.config import parse_config
@@ -26,7 +25,8 @@ from agent.runtime.node_backend import NodeBackend
 from agent.tests.fakeproc import write_host_files
 from agent.tests.fileserver import serve
 from agent.tests.ttar import extract
-from agent.trace import check_record
+from contract import signals
+from contract.trace import check_record
 
 DATA = Path(__file__).parent / "data"
 REPO = Path(__file__).resolve().parents[2]

@@ -3,7 +3,6 @@ protocol, the identity join (node filled, pid → job), one ordered, valid batch
 
 from pathlib import Path
 
-from agent import signals
 from agent.collectors.dcgm_exporter import DcgmExporterCollector
 from agent.collectors.host import HostCollector
 from agent.collectors.inference import InferenceCollector, InferenceServer
@@ -15,7 +14,8 @@ from agent.runtime import Agent, Collector, ManualClock, MemorySink
 from agent.tests.fakeproc import write_host_files
 from agent.tests.fileserver import serve
 from agent.tests.ttar import extract
-from agent.trace import check_record
+from contract import signals
+from contract.trace import check_record
 
 DATA = Path(__file__).parent / "data"
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pynvml
 import pytest
 
-from agent import signals
 from agent.collectors.nvml import NvmlCollector
 from agent.collectors.nvml_sim import SimGpu, SimulatedNvml
-from agent.trace.records import check_record
+from contract import signals
+from contract.trace.records import check_record
 
 NODE = "gpu-node-07"
 
@@ -212,10 +212,10 @@ def test_older_driver_falls_back_to_throttle_reasons() -> None:
 
 
 def test_round_trip_from_the_simulated_hardware_model() -> None:
-    """agent/sim/hardware.py arrays → simulated NVML API → collector → the same values."""
+    """simulator/hardware.py arrays → simulated NVML API → collector → the same values."""
     import numpy as np
 
-    from agent.sim.hardware import GpuActivity, GpuFaults, gpu_uuid, simulate_gpus
+    from simulator.hardware import GpuActivity, GpuFaults, gpu_uuid, simulate_gpus
 
     n_gpus, n = 2, 12
     act = GpuActivity.idle(n_gpus, n)

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from agent import signals
 from agent.runtime import (
     AcceleratedClock,
     Agent,
@@ -18,7 +17,8 @@ from agent.runtime import (
     Record,
     TraceSink,
 )
-from agent.trace import TraceReader, validate_trace
+from contract import signals
+from contract.trace import TraceReader, validate_trace
 
 T0 = 1767225600.0
 GPU_A = "GPU-aaaaaaaa-0000-0000-0000-000000000000"

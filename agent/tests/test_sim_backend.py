@@ -12,7 +12,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-from agent import signals
 from agent.cli import main as agent_main
 from agent.runtime import AcceleratedClock, Agent, MemorySink, Record
 from agent.runtime.sim_backend import (
@@ -25,9 +24,10 @@ from agent.runtime.sim_backend import (
     SimCollector,
     source_of,
 )
-from agent.sim import SimRun
-from agent.sim.scenarios import ScenarioContext, register, unregister
-from agent.trace import TraceReader, validate_trace
+from contract import signals
+from contract.trace import TraceReader, validate_trace
+from simulator import SimRun
+from simulator.scenarios import ScenarioContext, register, unregister
 
 T0 = 1767225600.0
 TINY = "test_tiny_two_nodes"
@@ -100,7 +100,7 @@ def build_tiny(ctx: ScenarioContext) -> SimRun:
 
 @pytest.fixture(autouse=True)
 def tiny_scenario() -> Iterator[None]:
-    # Registered only while these tests run: agent/sim/tests plays every registered scenario
+    # Registered only while these tests run: simulator/tests plays every registered scenario
     # and checks ground-truth rules that this two-node fixture does not follow.
     register(TINY, kind="training", family="slow_rank", description="test fixture, two nodes")(
         build_tiny
@@ -122,9 +122,9 @@ def gpu_of(rank: int) -> str:
 
 
 def test_agent_output_equals_the_simulated_run(tmp_path: Path) -> None:
-    import agent.sim
+    import simulator
 
-    original = list(agent.sim.simulate(TINY, seed=3, duration_s=20, start_ts=T0).records())
+    original = list(simulator.simulate(TINY, seed=3, duration_s=20, start_ts=T0).records())
     backend = SimBackend.from_scenario(TINY, seed=3, duration_s=20, start_ts=T0)
     sink = MemorySink()
     agent_ = Agent(backend.collectors(), sink, clock=AcceleratedClock(T0, speed=0))
@@ -253,7 +253,7 @@ def test_run_command_without_transport_prints_and_refuses_server_without_token(
 def test_real_scenario_through_the_agent(tmp_path: Path, scenario: str) -> None:
     """A real simulator scenario played through the agent and recorded: every sample leaves
     keyed exactly as the simulator keyed it, and the recorded trace validates with its truth."""
-    import agent.sim
+    import simulator
 
     kwargs: dict[str, Any] = {
         "seed": 4,
@@ -262,7 +262,7 @@ def test_real_scenario_through_the_agent(tmp_path: Path, scenario: str) -> None:
         "gpus_per_node": 4,
         "start_ts": T0,
     }
-    run = agent.sim.simulate(scenario, **kwargs)
+    run = simulator.simulate(scenario, **kwargs)
     original = [r for r in run.records() if r["type"] == "sample"]
     backend = SimBackend.from_scenario(scenario, **kwargs)
     sink = MemorySink()

@@ -11,9 +11,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from agent import signals
-from agent.sim import simulate
-from agent.sim.inference_engine import (
+from contract import signals
+from contract.trace import validate_trace
+from simulator import simulate
+from simulator.inference_engine import (
     H100_SXM,
     MODELS,
     EngineConfig,
@@ -21,7 +22,6 @@ from agent.sim.inference_engine import (
     Workload,
     simulate_engine,
 )
-from agent.trace import validate_trace
 
 INFERENCE = ("healthy_inference", "underfilled_batches", "saturated_inference")
 LLAMA_8B = MODELS[0]

@@ -12,7 +12,7 @@ from agent.collectors.slurm import (
     sacct_job_records,
     scontrol_job_record,
 )
-from agent.trace.records import check_record
+from contract.trace.records import check_record
 
 DATA = Path(__file__).parent / "data" / "slurm"
 

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from agent.spool import HEADER_SIZE, DeadLetter, Spool, SpoolError
-from agent.trace import validate_trace
-from agent.transport.decode import write_trace
-from agent.transport.encode import BatchBuilder
+from contract.trace import validate_trace
+from contract.wire.decode import write_trace
+from contract.wire.encode import BatchBuilder
 
 
 def batch(i: int, size: int = 100) -> bytes:

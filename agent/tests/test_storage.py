@@ -3,7 +3,6 @@ from pathlib import Path
 
 import pytest
 
-from agent import signals
 from agent.collectors.storage import (
     STORAGE_NFS_EXEC_MS,
     STORAGE_NFS_OPS,
@@ -12,7 +11,8 @@ from agent.collectors.storage import (
     parse_mountinfo,
     parse_mountstats,
 )
-from agent.trace import check_record
+from contract import signals
+from contract.trace import check_record
 
 DATA = Path(__file__).parent / "data" / "proc"
 MOUNTINFO = """\

@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from agent import signals
-from agent.trace import (
+from contract import signals
+from contract.trace import (
     Event,
     Exit,
     Job,
@@ -330,7 +330,7 @@ def test_validate_command(tmp_path: Path) -> None:
 def test_records_over_a_limit_are_reported_with_their_line_and_read_cleaned(
     tmp_path: Path,
 ) -> None:
-    """The limits of agent/limits.py, as the reader (validate, replay) applies them."""
+    """The limits of contract/limits.py, as the reader (validate, replay) applies them."""
     meta = {"type": "meta", "format": "proof-trace", "version": 1}
     long_gpu = "GPU-" + "c" * 196
     records = [

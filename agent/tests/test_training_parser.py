@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.parsers import training as t
-from agent.parsers.training import LogParser, ParsedLine, parse_line
+from contract.parsers import training as t
+from contract.parsers.training import LogParser, ParsedLine, parse_line
 
 DATA = Path(__file__).parent / "data"
 TRAINING = DATA / "training"

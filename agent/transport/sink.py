@@ -32,11 +32,11 @@ from typing import Any
 
 import grpc
 
-from agent import limits, signals
 from agent.spool import DEAD_LETTER_DIR, DeadLetter
-from agent.transport.client import BatchSender, EncodedBatch, TlsConfig, open_channel
-from agent.transport.decode import write_trace
-from agent.transport.encode import BatchBuilder
+from contract import limits, signals
+from contract.wire.client import BatchSender, EncodedBatch, TlsConfig, open_channel
+from contract.wire.decode import write_trace
+from contract.wire.encode import BatchBuilder
 
 log = logging.getLogger(__name__)
 

@@ -7,8 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from agent import signals
-from agent.transport.encode import BatchBuilder
+from contract import signals
+from contract.wire.encode import BatchBuilder
 
 
 def gpu_batch(

@@ -10,7 +10,7 @@ import time
 import pytest
 from django.db import connection, transaction
 
-from agent.transport.client import BatchSender, open_channel
+from contract.wire.client import BatchSender, open_channel
 from ingest import services
 from ingest.models import BatchReceipt
 from ingest.server import IngestServer

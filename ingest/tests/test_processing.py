@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from agent import limits, signals
-from agent.transport.encode import BatchBuilder
+from contract import limits, signals
+from contract.wire.encode import BatchBuilder
 from ingest import models
 from ingest.processing import BatchRejected, DecodedBatch, Limits, decode_batch
 from ingest.tests.helpers import gpu_batch

@@ -15,14 +15,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from agent.sim import simulate
-from agent.sim.scenarios import list_scenarios
-from agent.trace.reader import TraceReader
-from agent.transport.client import BatchSender, open_channel
-from agent.transport.replay import replay
+from contract.trace.reader import TraceReader
+from contract.wire.client import BatchSender, open_channel
+from contract.wire.replay import replay
 from ingest import selectors, services
 from ingest.models import LogLine
 from ingest.server import IngestServer
+from simulator import simulate
+from simulator.scenarios import list_scenarios
 from tenants import services as tenant_services
 from tenants.context import tenant_context
 from tenants.testing import make_tenant

@@ -18,8 +18,8 @@ from django.db import connection
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client import REGISTRY
 
-from agent.transport.client import BatchSender, open_channel
-from agent.wire import ingest_pb2, ingest_pb2_grpc
+from contract.wire import ingest_pb2, ingest_pb2_grpc
+from contract.wire.client import BatchSender, open_channel
 from ingest import selectors, services
 from ingest.models import BatchReceipt, Gpu
 from ingest.server import IngestServer

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from django.db import connection
 
-from agent import signals
+from contract import signals
 from ingest import selectors, services
 from ingest.models import BatchReceipt, Job, JobRank, LogLine, Node, Process, Series
 from ingest.processing import Limits, decode_batch

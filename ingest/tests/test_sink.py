@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
-from agent import signals
 from agent.spool import Spool
 from agent.transport.sink import make_sink
+from contract import signals
 from ingest import selectors, services
 from ingest.server import IngestServer
 from tenants import services as tenant_services

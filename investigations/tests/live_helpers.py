@@ -11,14 +11,14 @@ from typing import Any
 
 from django.db import connections
 
-from agent.sim import simulate
-from agent.transport.encode import BatchBuilder
+from contract.wire.encode import BatchBuilder
+from engine.analyze import analyze_store
+from engine.store import TraceStore
 from ingest import services as ingest_services
 from ingest.models import Job
 from ingest.processing import Limits, decode_batch
 from ingest.tests.helpers import gpu_batch
-from investigations.analyze import analyze_store
-from investigations.store import TraceStore
+from simulator import simulate
 from tenants.context import tenant_context
 
 BATCH_SECONDS = 10.0

@@ -8,9 +8,9 @@ from decimal import Decimal
 import numpy as np
 import pytest
 
-from agent import signals
+from contract import signals
+from engine.window import RankInfo
 from investigations.pricing import UsageRow, real_price, split_gpu_time
-from investigations.window import RankInfo
 
 
 @dataclass

@@ -188,7 +188,7 @@ def run(args: argparse.Namespace) -> int:
     host_in_url = f"[{args.host}]" if ":" in args.host else args.host
     url = f"http://{host_in_url}:{args.port}/"
     scenarios = [s.strip() for s in args.scenarios.split(",") if s.strip()]
-    from agent.sim.scenarios import list_scenarios
+    from simulator.scenarios import list_scenarios
 
     known = {info.name for info in list_scenarios()}
     unknown = [s for s in scenarios if s not in known]

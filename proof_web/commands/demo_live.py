@@ -50,7 +50,7 @@ DEMO_LIST_PRICES = {
 
 class GrpcSink:
     """Agent sink that ships each few seconds of records as one batch over the real gRPC
-    client (agent.transport.client) — the path `proof-agent run --server` takes."""
+    client (contract.wire.client) — the path `proof-agent run --server` takes."""
 
     def __init__(
         self,
@@ -61,8 +61,8 @@ class GrpcSink:
         job_suffix: str = "",
         gpu_model: str = "",
     ):
-        from agent.transport.client import BatchSender, open_channel
-        from agent.transport.encode import BatchBuilder
+        from contract.wire.client import BatchSender, open_channel
+        from contract.wire.encode import BatchBuilder
 
         self.channel = open_channel(target)
         self.sender = BatchSender(self.channel, token)

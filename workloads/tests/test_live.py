@@ -18,7 +18,7 @@ from typing import TypeVar
 
 import pytest
 
-from agent import signals
+from contract import signals
 from ingest import services as ingest_services
 from ingest.server import IngestServer
 from tenants import services as tenant_services

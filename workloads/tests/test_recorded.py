@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from agent.trace import validate_trace
+from contract.trace import validate_trace
 from workloads.harness import Run, job_field
 
 pytestmark = pytest.mark.workload

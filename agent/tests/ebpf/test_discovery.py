@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from agent import signals
 from agent.ebpf import bpfsys, calls, discovery
 from agent.ebpf.collector import EbpfCollector
 from agent.ebpf.loader import LoadedProgram, probes_source
 from agent.ebpf.probe_target import Built
+from contract import signals
 
 MAPS = b"""\
 55d0c0a00000-55d0c0a01000 r--p 00000000 fd:01 1311 /usr/bin/python3.11

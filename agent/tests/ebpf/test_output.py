@@ -7,11 +7,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from agent import signals
 from agent.ebpf import build_collectors
 from agent.ebpf.output import OutputCapture
 from agent.ebpf.probe_target import Built, Driver
-from agent.trace import check_record
+from contract import signals
+from contract.trace import check_record
 
 pytestmark = pytest.mark.bpf
 

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from agent import signals
 from agent.ebpf.collector import EbpfCollector
 from agent.ebpf.probe_target import Built, Driver
-from agent.trace import check_record
+from contract import signals
+from contract.trace import check_record
 
 pytestmark = pytest.mark.bpf
 

@@ -1,0 +1,145 @@
+"""`underfilled_batches`: an inference endpoint that runs far below its batch slots with its KV
+cache mostly free — it pays for GPUs it does not fill (job/config). Its twin, a saturated
+endpoint (slots full, queue growing), gives no verdict."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from contract import signals
+from contract.verdicts import subject
+from engine.findings import JOB, Finding
+from engine.store import SeriesData
+from engine.window import JobWindow
+
+# Underfilled: at the endpoint's busiest (90th percentile) the running batch uses ≤ 25% of the
+# configured slots, and the KV cache is ≤ 50% used at its peak (95th percentile: one burst of
+# long prompts is not the endpoint's load). Continuous batching keeps a
+# loaded server well above a quarter of its slots; with the cache half free, more requests fit.
+MAX_PEAK_OCCUPANCY = 0.25
+MAX_PEAK_KV = 0.5
+# A queue means the server is not underfilled but limited elsewhere: requests waiting in
+# ≥ 5% of samples disqualifies.
+MAX_WAITING_SHARE = 0.05
+# GPUs needed at a healthy target occupancy of 80% of slots (the usual sizing margin).
+TARGET_OCCUPANCY = 0.8
+
+
+def _by_pid(series: list[SeriesData], name: str) -> dict[tuple[str, int | None], SeriesData]:
+    return {(s.info.node, s.info.pid): s for s in series if s.info.name == name}
+
+
+def detect_underfilled_batches(w: JobWindow) -> list[Finding]:
+    if w.meta.kind != "inference" or not w.inference:
+        return []
+    running = _by_pid(w.inference, signals.VLLM_NUM_REQUESTS_RUNNING)
+    slots = _by_pid(w.inference, signals.INFERENCE_MAX_NUM_SEQS)
+    kv = _by_pid(w.inference, signals.VLLM_KV_CACHE_USAGE_PERC) or _by_pid(
+        w.inference, signals.VLLM_GPU_CACHE_USAGE_PERC
+    )
+    waiting = _by_pid(w.inference, signals.VLLM_NUM_REQUESTS_WAITING)
+    occ, kvs, wait_share = [], [], []
+    t_lo, t_hi = math.inf, -math.inf
+    for key, run in running.items():
+        if key not in slots or not len(run.ts):
+            continue
+        n_slots = float(np.nanmax(slots[key].values))
+        if n_slots <= 0:
+            continue
+        occ.append(float(np.percentile(run.values, 90)) / n_slots)
+        t_lo, t_hi = min(t_lo, float(run.ts[0])), max(t_hi, float(run.ts[-1]))
+        if key in kv:
+            kvs.append(float(np.nanpercentile(kv[key].values, 95)))
+        if key in waiting:
+            wait_share.append(float(np.mean(waiting[key].values > 0)))
+    if not occ:
+        return []
+    peak_occ = max(occ)
+    peak_kv = max(kvs) if kvs else float("nan")
+    q = max(wait_share) if wait_share else 0.0
+    if peak_occ > MAX_PEAK_OCCUPANCY or q > MAX_WAITING_SHARE:
+        return []
+    if np.isfinite(peak_kv) and peak_kv > MAX_PEAK_KV:
+        return []
+    pf = _by_pid(w.inference, signals.VLLM_REQUEST_PREFILL_TIME_SECONDS_SUM)
+    dc = _by_pid(w.inference, signals.VLLM_REQUEST_DECODE_TIME_SECONDS_SUM)
+    d_pf = sum(float(s.values[-1] - s.values[0]) for s in pf.values() if len(s.values))
+    d_dc = sum(float(s.values[-1] - s.values[0]) for s in dc.values() if len(s.values))
+    prefill_share = d_pf / (d_pf + d_dc) if d_pf + d_dc > 0 else float("nan")
+    hits = _by_pid(w.inference, signals.VLLM_PREFIX_CACHE_HITS_TOTAL)
+    queries = _by_pid(w.inference, signals.VLLM_PREFIX_CACHE_QUERIES_TOTAL)
+    d_q = sum(float(s.values[-1] - s.values[0]) for s in queries.values() if len(s.values))
+    d_h = sum(float(s.values[-1] - s.values[0]) for s in hits.values() if len(s.values))
+    n_gpus = max(1, len({r.gpu for r in w.ranks if r.gpu}) or (w.meta.world_size or 1))
+    needed = max(1, math.ceil(n_gpus * peak_occ / TARGET_OCCUPANCY))
+    a, b = t_lo, t_hi
+    f = Finding(
+        family="underfilled_batches",
+        category=JOB,
+        title="Inference endpoint runs half-empty batches",
+        summary="",
+        recommendation="",
+        explanation="",
+        confidence=round(min(0.95, 0.7 + (MAX_PEAK_OCCUPANCY - peak_occ)), 2),
+        interval=(a, b),
+        subject=subject(job=w.job),
+    )
+    e1 = f.add(
+        signals.VLLM_NUM_REQUESTS_RUNNING,
+        (a, b),
+        round(peak_occ, 4),
+        1.0,
+        "running requests at the 90th percentile / configured batch slots "
+        f"({signals.INFERENCE_MAX_NUM_SEQS})",
+        job=w.job,
+    )
+    text = f"At its busiest the endpoint ran {peak_occ:.0%} of its batch slots [{e1}]"
+    if np.isfinite(peak_kv):
+        e2 = f.add(
+            signals.VLLM_KV_CACHE_USAGE_PERC,
+            (a, b),
+            round(peak_kv, 4),
+            1.0,
+            "peak (95th percentile) KV-cache usage",
+            job=w.job,
+        )
+        text += f", its KV cache was {1 - peak_kv:.0%} free at peak [{e2}]"
+    e3 = f.add(
+        signals.VLLM_NUM_REQUESTS_WAITING,
+        (a, b),
+        round(q, 4),
+        0.0,
+        "share of samples with requests queued",
+        job=w.job,
+    )
+    text += f" and nothing queued [{e3}]"
+    if np.isfinite(prefill_share):
+        e4 = f.add(
+            signals.VLLM_REQUEST_PREFILL_TIME_SECONDS_SUM,
+            (a, b),
+            round(prefill_share, 4),
+            None,
+            "prefill share of request time (prefill / (prefill + decode))",
+            job=w.job,
+        )
+        text += f"; prefill took {prefill_share:.0%} of request time [{e4}]"
+    rec = (
+        "Raise concurrency per server instead of adding GPUs: let continuous batching fill the "
+        f"slots (route traffic to fewer replicas — about {needed} GPU(s) for this load at "
+        f"{TARGET_OCCUPANCY:.0%} occupancy instead of {n_gpus})"
+    )
+    if d_q <= 0 or (d_q > 0 and d_h / d_q < 0.05):
+        rec += " and enable prefix caching (--enable-prefix-caching) for the shared prompt prefixes"
+    f.recommendation = rec + "."
+    f.summary = text + "."
+    f.explanation = (
+        "The latency target is met because the batches are nearly empty: each GPU serves a "
+        "handful of requests at a time, so the cost per token is several times what a filled "
+        "batch costs."
+    )
+    lost_share = 1.0 - needed / n_gpus
+    f.gpu_hours_lost = round(n_gpus * (b - a) / 3600.0 * max(0.0, lost_share), 3)
+    f.details["gpus_needed"] = needed
+    return [f]

@@ -1,0 +1,573 @@
+"""Stragglers: `sequence_imbalance` (the slowest rank rotates: the job's sampler) and
+`slow_rank` (the same rank is slowest step after step: its GPU/node, with the cause).
+
+Per sample, each rank's compute share (`busy_matrix`) is compared with the median rank:
+- a rank that holds the others back computes while they wait, so its share is above the
+  median; the others' tensor pipes idle in the all-reduce while engine activity stays high;
+- `slow_rank`: one rank is above the median persistently — a t-test over 10-sample blocks of
+  its lead, after the change point where its lead began;
+- `sequence_imbalance`: ranks disperse widely around the median but no rank persists, and the
+  order of ranks from one sample to the next is uncorrelated (Spearman ρ of consecutive rank
+  orders near 0 — "cross-rank correlation collapses").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from contract import signals
+from contract.verdicts import subject
+from engine.detectors.common import (
+    HEALTHY_JITTER_SD,
+    MIN_SAMPLES,
+    active_mask,
+    block_tstat,
+    busy_matrix,
+    counter_delta,
+    gpu_hours,
+    hhmmss,
+    jitter_wait,
+    shift_start,
+    step_blocks,
+)
+from engine.findings import INFRASTRUCTURE, JOB, Finding
+from engine.window import SOURCE_DESCRIPTIONS, JobWindow
+
+# A persistent straggler's lead over the median rank must be statistically unmistakable:
+# t ≥ 6 over block means. With 64 ranks the largest of 64 null t-values is ~2.5–3, so 6 leaves
+# a wide margin against picking the luckiest healthy rank.
+PERSISTENT_TSTAT = 6.0
+# …and large enough to matter: the slow rank computes ≥ 3% longer than the median rank each
+# step, i.e. the whole job runs ≥ 3% slow. Smaller leads are within GPU-to-GPU manufacturing
+# variation (silicon lottery: a few % in sustained clocks) and not worth a ticket.
+PERSISTENT_MIN_LEAD = 0.03
+# The slow rank must also be the slowest in most 10-sample blocks after its onset (≥ 60%):
+# "the same rank is slowest step after step", not a few bad minutes.
+PERSISTENT_BLOCK_WIN = 0.6
+# …and stand out from ranks that are steady among themselves: the other ranks' per-sample
+# dispersion after the onset stays under the rotating-imbalance level (IMBALANCE_MIN_DISPERSION).
+# On a short live prefix of a rotating imbalance one rank can be slowest in every block by
+# luck (seen: the first 89-98 s of a 4-rank job, rank 3 "8.7% slower" over 50 s), but the
+# other ranks then still take turns: their dispersion measured 0.069-0.073, against
+# 0.000-0.016 beside the simulated persistent stragglers and 0.000-0.016 in healthy jobs.
+PERSISTENT_MAX_OTHERS_DISPERSION = 0.05
+# The slow period must last: ≥ 25% of the observed stepping time. Shorter episodes of one
+# GPU slowing down (recurring throttling) are fleet health (`gpu_degrading`), not a straggler
+# that holds a job back. The same minimum applies to a rotating imbalance (a restart after a
+# checkpoint, the last minute of a run are not a sampler problem).
+PERSISTENT_MIN_FRACTION = 0.25
+# Rotating imbalance: ranks' non-waiting share deviates from the per-sample mean by ≥ 5% of it
+# on average. Healthy jobs' per-sample spread is timing jitter, ~1% in every job we looked at
+# (eBPF synchronize time; ~2–3% from tensor activity); at 5% the waiting ranks lose about a
+# tenth of their time to the slowest one.
+IMBALANCE_MIN_DISPERSION = 0.05
+# …and the slowest rank changes: no rank is the slowest in more than three quarters of the
+# samples (a rank with a little extra work, e.g. rank 0 logging, may lead more often than the
+# others without being a straggler), and consecutive samples' rank orders correlate weakly
+# (ρ < 0.5).
+IMBALANCE_MAX_TOP_SHARE = 0.75
+IMBALANCE_MAX_RHO = 0.5
+_HW_THROTTLE = (
+    signals.THROTTLE_HW_SLOWDOWN | signals.THROTTLE_HW_THERMAL | signals.THROTTLE_HW_POWER_BRAKE
+)
+
+
+@dataclass
+class StragglerStats:
+    busy: np.ndarray  # (R, n) active samples only
+    times: np.ndarray  # (n,)
+    source: str
+    rank_row: int  # row of the most persistent candidate
+    start: int  # index (into active samples) where its lead began
+    lead: float  # mean relative lead after start
+    tstat: float
+    block_win: float
+    fraction: float
+    dispersion: np.ndarray  # per active sample
+    top_share: float
+    rho: float
+    others_dispersion: float  # median, after `start`, of the other ranks' dispersion
+
+
+def relative_dispersion(x: np.ndarray) -> np.ndarray:
+    """Per sample (column): the ranks' mean absolute deviation from their mean, relative to it."""
+    mean = x.mean(axis=0)
+    return np.abs(x - mean).mean(axis=0) / np.where(mean > 0, mean, 1.0)
+
+
+def _spearman_consecutive(x: np.ndarray) -> float:
+    if x.shape[0] < 3 or x.shape[1] < 3:
+        return 1.0
+    r = np.argsort(np.argsort(x, axis=0), axis=0).astype(float)
+    r -= r.mean(axis=0)
+    num = (r[:, 1:] * r[:, :-1]).sum(axis=0)
+    den = np.sqrt((r[:, 1:] ** 2).sum(axis=0) * (r[:, :-1] ** 2).sum(axis=0))
+    ok = den > 0
+    return float(np.mean(num[ok] / den[ok])) if ok.any() else 1.0
+
+
+def straggler_stats(w: JobWindow) -> StragglerStats | None:
+    if w.world < 2 or w.meta.kind == "inference":
+        return None
+    got = busy_matrix(w)
+    if got is None:
+        return None
+    busy_all, source = got
+    mask = active_mask(busy_all)
+    if mask.sum() < MIN_SAMPLES:
+        return None
+    x = busy_all[:, mask]
+    times = w.times[mask]
+    med = np.median(x, axis=0)
+    scale = float(np.median(med[med > 0])) if (med > 0).any() else 1.0
+    lead = (x - med) / scale  # (R, n)
+    # The candidate: the rank whose raised segment (after its own change point) is the most
+    # significant — a straggler that began mid-window has a modest whole-window mean.
+    best = (-np.inf, 0, 0)
+    for row in range(w.world):
+        k = shift_start(lead[row])
+        t = block_tstat(lead[row, k:])
+        if lead[row, k:].mean() > 0 and t > best[0]:
+            best = (t, row, k)
+    _, cand, start = best
+    d = lead[cand]
+    post = d[start:]
+    n_blocks = len(post) // 10
+    if n_blocks:
+        blocks = lead[:, start : start + n_blocks * 10].reshape(w.world, n_blocks, 10).mean(axis=2)
+        block_win = float(np.mean(np.argmax(blocks, axis=0) == cand))
+    else:
+        block_win = 0.0
+    dispersion = relative_dispersion(x)
+    others = np.delete(x[:, start:], cand, axis=0)
+    if others.shape[0] >= 2 and others.shape[1]:
+        others_dispersion = float(np.median(relative_dispersion(others)))
+    else:  # a 2-rank job has no "others" to compare among
+        others_dispersion = 0.0
+    slowest = np.argmax(x, axis=0)
+    top_share = float(np.bincount(slowest, minlength=w.world).max() / len(slowest))
+    return StragglerStats(
+        busy=x,
+        times=times,
+        source=source,
+        rank_row=cand,
+        start=start,
+        lead=float(post.mean()) if len(post) else 0.0,
+        tstat=block_tstat(post),
+        block_win=block_win,
+        fraction=len(post) / len(d),
+        dispersion=dispersion,
+        top_share=top_share,
+        rho=_spearman_consecutive(x),
+        others_dispersion=others_dispersion,
+    )
+
+
+def _is_persistent(st: StragglerStats) -> bool:
+    return (
+        st.tstat >= PERSISTENT_TSTAT
+        and st.lead >= PERSISTENT_MIN_LEAD
+        and st.block_win >= PERSISTENT_BLOCK_WIN
+        and st.fraction >= PERSISTENT_MIN_FRACTION
+        and len(st.times) - st.start >= MIN_SAMPLES
+        and st.others_dispersion < PERSISTENT_MAX_OTHERS_DISPERSION
+    )
+
+
+def _caveat(w: JobWindow, source: str) -> str:
+    if source != signals.CUDA_SYNC_MS:
+        return (
+            " Without eBPF timing, waiting was inferred from tensor/SM activity (could not see: "
+            + SOURCE_DESCRIPTIONS["ebpf"]
+            + ")."
+        )
+    return ""
+
+
+@dataclass
+class ImbalanceStats:
+    """Per-step statistics of a rotating straggler, judged on the raised segment."""
+
+    disp: float  # median per-step dispersion of the ranks' non-waiting share
+    disp_before: float | None  # the same before the segment, when there is one
+    seg_len: int  # steps in the segment
+    n_steps: int  # steps in the window
+    top_share: float  # share of steps the most frequent slowest rank was slowest
+    rho: float  # Spearman ρ of consecutive steps' rank orders
+    wait: float  # mean share of a step the ranks waited for the slowest
+    distinct: int  # distinct ranks that were slowest in a step
+    a: float  # segment start (ts)
+    b: float  # segment end (ts)
+    source: str
+
+
+def imbalance_stats(w: JobWindow, st: StragglerStats | None = None) -> ImbalanceStats | None:
+    """The rotating-straggler statistics of `w` (None when ranks cannot be compared)."""
+    st = st if st is not None else straggler_stats(w)
+    if st is None:
+        return None
+    # Compare ranks per training step (blocks of one step's samples): inside a long step every
+    # rank computes and only the step's end shows who waited.
+    blk = step_blocks(w)
+    nb = st.busy.shape[1] // blk
+    if nb < 3:
+        return None
+    xb = st.busy[:, : nb * blk].reshape(w.world, nb, blk).mean(axis=2)
+    tb = st.times[: nb * blk : blk]
+    disp_b = relative_dispersion(xb)
+    # The imbalance may begin mid-window (a data-mix change): judge the raised segment.
+    k = shift_start(disp_b, min_len=max(3, MIN_SAMPLES // blk))
+    seg = disp_b[k:]
+    x = xb[:, k:]
+    spread = x.max(axis=0) - x.min(axis=0) > 1e-9  # ties say nothing about who is slowest
+    slowest = np.argmax(x[:, spread], axis=0)
+    if len(slowest) < 3:
+        return None
+    lead = x.max(axis=0)
+    return ImbalanceStats(
+        # The median, not the mean: a rotating imbalance disperses ranks in nearly every step,
+        # while one GPU's throttling episodes (fleet health) disperse them only part of the time.
+        disp=float(np.median(seg)),
+        disp_before=float(np.median(disp_b[:k])) if k >= 3 else None,
+        seg_len=len(seg),
+        n_steps=len(disp_b),
+        top_share=float(np.bincount(slowest, minlength=w.world).max() / len(slowest)),
+        rho=_spearman_consecutive(x),
+        wait=float(np.mean((lead[None, :] - x) / np.where(lead > 0, lead, 1.0))),
+        distinct=len(np.unique(np.argmax(x, axis=0))),
+        a=float(tb[k]),
+        b=float(st.times[-1]),
+        source=st.source,
+    )
+
+
+def detect_sequence_imbalance(w: JobWindow) -> list[Finding]:
+    """Rotating straggler → the job's sampler (category job)."""
+    st = straggler_stats(w)
+    if st is None or _is_persistent(st):
+        return []
+    im = imbalance_stats(w, st)
+    if im is None:
+        return []
+    disp, top_share, rho, wait, distinct = im.disp, im.top_share, im.rho, im.wait, im.distinct
+    if disp < IMBALANCE_MIN_DISPERSION or im.seg_len < max(3, PERSISTENT_MIN_FRACTION * im.n_steps):
+        return []
+    if top_share > IMBALANCE_MAX_TOP_SHARE or rho > IMBALANCE_MAX_RHO:
+        return []
+    a, b = im.a, im.b
+    # Only the waiting beyond what healthy step-to-step jitter costs at this many ranks is the
+    # imbalance's: a balanced sampler removes that part, not the jitter.
+    jw = jitter_wait(w.world)
+    excess = max(0.0, wait - jw)
+    slowdown = 100.0 * excess / max(1e-6, 1.0 - wait)
+    f = Finding(
+        family="sequence_imbalance",
+        category=JOB,
+        title="Rotating straggler: sequence-length imbalance across ranks",
+        summary="",
+        recommendation=(
+            "Balance work per rank in the data sampler: bucket or pack sequences by length "
+            "(e.g. a length-grouped sampler or sequence packing) so every rank gets a similar "
+            "token count per step."
+        ),
+        explanation="",
+        confidence=0.0,
+        interval=(a, b),
+        subject=subject(job=w.job),
+    )
+    e1 = f.add(
+        f"{st.source} dispersion across ranks",
+        (a, b),
+        round(disp, 4),
+        round(im.disp_before, 4) if im.disp_before is not None else None,
+        "median over steps of the ranks' mean absolute deviation of non-waiting share from "
+        "the step's mean, relative; baseline: before the imbalance began",
+        job=w.job,
+    )
+    e2 = f.add(
+        "slowest rank identity",
+        (a, b),
+        distinct,
+        w.world,
+        f"distinct ranks that were slowest in a step; the most frequent one only in "
+        f"{top_share:.0%} of steps",
+        job=w.job,
+    )
+    e3 = f.add(
+        "rank-order correlation between consecutive samples",
+        (a, b),
+        round(rho, 3),
+        1.0,
+        "Spearman ρ of the ranks' order from one step to the next (1 = same order)",
+        job=w.job,
+    )
+    e4 = f.add(
+        "waiting share of ranks",
+        (a, b),
+        round(wait, 4),
+        None,
+        "mean share of time a rank waited for the slowest rank (its tensor pipes idle)",
+        job=w.job,
+    )
+    e5 = f.add(
+        "waiting share from healthy jitter",
+        (a, b),
+        round(jw, 4),
+        HEALTHY_JITTER_SD,
+        f"the waiting a balanced {w.world}-rank job has anyway when each rank's compute varies "
+        f"{HEALTHY_JITTER_SD:.0%} step to step (baseline: that jitter); only waiting beyond it "
+        "is the imbalance's",
+        job=w.job,
+    )
+    f.summary = (
+        f"From {hhmmss(a)} the slowest rank changed from step to step: {distinct} of "
+        f"{w.world} ranks took turns [{e2}], rank order between consecutive steps was "
+        f"uncorrelated (ρ={rho:.2f}) [{e3}], and ranks waited {wait:.0%} of the time for "
+        f"the slowest one [{e4}], {wait - jw:.0%} more than healthy step-to-step jitter costs "
+        f"at {w.world} ranks ({jw:.0%}) [{e5}]."
+    )
+    f.explanation = (
+        f"Ranks' non-waiting share deviated by {disp:.1%} from the step's mean [{e1}] while "
+        "no rank stayed slowest: the work per rank differs step to step, which is what "
+        "variable-length sequences do when the sampler does not balance tokens per rank. "
+        "A faulty GPU would be slow every step." + _caveat(w, st.source)
+    )
+    f.confidence = round(float(min(0.95, 0.6 + disp * 2 + (0.5 - top_share) * 0.3)), 2)
+    f.slowdown_pct = round(slowdown, 1)
+    f.gpu_hours_lost = gpu_hours(w.world, (b - a) * excess)
+    return [f]
+
+
+def _cause(w: JobWindow, row: int, a: float, b: float, f: Finding) -> tuple[str, list[str]]:
+    """The slow rank's cause from its GPU's signals against the other ranks' GPUs."""
+    sel = (w.times >= a) & (w.times <= b)
+    others = [i for i in range(w.world) if i != row]
+    r = w.ranks[row]
+    cites: list[str] = []
+    bits = w.gpu.get(signals.DCGM_FI_DEV_CLOCK_THROTTLE_REASONS)
+    clock = w.gpu.get(signals.DCGM_FI_DEV_SM_CLOCK)
+    power = w.gpu.get(signals.DCGM_FI_DEV_POWER_USAGE)
+    gen = w.gpu.get(signals.DCGM_FI_DEV_PCIE_LINK_GEN)
+    width = w.gpu.get(signals.DCGM_FI_DEV_PCIE_LINK_WIDTH)
+
+    def med(arr: np.ndarray | None, rows: list[int] | int) -> float:
+        if arr is None:
+            return float("nan")
+        v = arr[rows][..., sel] if isinstance(rows, list) else arr[rows, sel]
+        v = v[np.isfinite(v)]
+        return float(np.median(v)) if len(v) else float("nan")
+
+    def ev(signal: str, observed: float | str, baseline: float | str | None, note: str) -> str:
+        return f.add(
+            signal, (a, b), observed, baseline, note, node=r.node, gpu=r.gpu, rank=r.rank, job=w.job
+        )
+
+    cause = "unknown"
+    if bits is not None:
+        b_r = bits[row, sel]
+        b_r = b_r[np.isfinite(b_r)].astype(np.int64)
+        if len(b_r):
+            hw = float(np.mean((b_r & _HW_THROTTLE) != 0))
+            thermal = float(np.mean((b_r & signals.THROTTLE_SW_THERMAL) != 0))
+            pcap = float(np.mean((b_r & signals.THROTTLE_SW_POWER_CAP) != 0))
+            b_o = bits[others][:, sel]
+            b_o = b_o[np.isfinite(b_o)].astype(np.int64)
+            hw_o = float(np.mean((b_o & _HW_THROTTLE) != 0)) if len(b_o) else 0.0
+            # Throttling explains the slowness when it covers half the slow period and the other
+            # ranks' GPUs are not throttled the same way (a hot aisle throttles everyone).
+            if max(hw, thermal) >= 0.5 and hw_o < 0.25:
+                reasons = sorted(
+                    {
+                        name
+                        for bit, name in signals.THROTTLE_REASON_NAMES.items()
+                        if (np.bitwise_or.reduce(b_r) & bit)
+                    }
+                )
+                cites.append(
+                    ev(
+                        signals.DCGM_FI_DEV_CLOCK_THROTTLE_REASONS,
+                        round(max(hw, thermal), 3),
+                        round(hw_o, 3),
+                        "share of samples with clock throttling ("
+                        + ", ".join(reasons)
+                        + ") on this GPU; baseline: the job's other GPUs",
+                    )
+                )
+                cause = "clock_throttle"
+            elif pcap >= 0.5:
+                cites.append(
+                    ev(
+                        signals.DCGM_FI_DEV_CLOCK_THROTTLE_REASONS,
+                        round(pcap, 3),
+                        None,
+                        "share of samples held by the software power cap",
+                    )
+                )
+                cause = "power_cap"
+    c_r, c_o = med(clock, row), med(clock, others)
+    p_r, p_o = med(power, row), med(power, others)
+    if cause == "unknown" and np.isfinite(c_r) and np.isfinite(c_o) and c_r < 0.95 * c_o:
+        # A lower clock with lower power than its peers while computing more: power limited.
+        if np.isfinite(p_r) and np.isfinite(p_o) and p_r < 0.9 * p_o:
+            cause = "power_cap"
+            cites.append(
+                ev(
+                    signals.DCGM_FI_DEV_POWER_USAGE,
+                    round(p_r, 1),
+                    round(p_o, 1),
+                    "median power draw of this GPU vs the job's other GPUs (W)",
+                )
+            )
+        else:
+            cause = "clock_throttle"
+    if cause != "unknown" and np.isfinite(c_r):
+        cites.append(
+            ev(
+                signals.DCGM_FI_DEV_SM_CLOCK,
+                round(c_r, 1),
+                round(c_o, 1),
+                "median SM clock of this GPU vs the job's other GPUs (MHz)",
+            )
+        )
+    if cause == "unknown" and gen is not None and width is not None:
+        # Idle links train down to save power: compare only while the job computes.
+        g_r, g_o = med(gen, row), med(gen, others)
+        w_r, w_o = med(width, row), med(width, others)
+        if (np.isfinite(g_r) and g_r < g_o) or (np.isfinite(w_r) and w_r < w_o):
+            cause = "pcie"
+            cites.append(
+                ev(
+                    signals.DCGM_FI_DEV_PCIE_LINK_GEN,
+                    f"gen{g_r:.0f} x{w_r:.0f}",
+                    f"gen{g_o:.0f} x{w_o:.0f}",
+                    "PCIe link of this GPU vs the job's other GPUs",
+                )
+            )
+    raw = w.gpu_raw.get(r.gpu, {})
+    for counter, name in (
+        (signals.DCGM_FI_DEV_PCIE_REPLAY_COUNTER, "pcie"),
+        (signals.DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL, "nvlink"),
+    ):
+        s = raw.get(counter)
+        if s is None:
+            continue
+        keep = (s.ts >= a) & (s.ts <= b)
+        d, v0, _ = counter_delta(s.ts[keep], s.values[keep])
+        peers = []
+        for i in others:
+            ps = w.gpu_raw.get(w.ranks[i].gpu, {}).get(counter)
+            if ps is not None:
+                k2 = (ps.ts >= a) & (ps.ts <= b)
+                peers.append(counter_delta(ps.ts[k2], ps.values[k2])[0])
+        peer = float(np.median(peers)) if peers else 0.0
+        # Link errors implicate the GPU when they rise here and (almost) nowhere else.
+        if d >= 10 and d > 10 * max(peer, 1.0):
+            if cause in ("unknown", name):
+                cause = name
+            cites.append(
+                ev(
+                    counter,
+                    d,
+                    peer,
+                    f"increase over the slow period (pre-existing value "
+                    f"{v0:.0f}); baseline: median increase on the job's other GPUs",
+                )
+            )
+    return cause, cites
+
+
+_CAUSE_TEXT = {
+    "clock_throttle": "its GPU's clocks are throttled",
+    "power_cap": "its GPU is power-limited below its peers",
+    "pcie": "its GPU's PCIe link is degraded (downgraded link and/or replays)",
+    "nvlink": "its GPU's NVLink is taking errors (CRC flit errors rising)",
+    "unknown": "no throttle, power, PCIe or NVLink anomaly was visible on its GPU",
+}
+_CAUSE_TITLE = {
+    "clock_throttle": "clock throttling",
+    "power_cap": "power limited",
+    "pcie": "PCIe link degraded",
+    "nvlink": "NVLink errors",
+}
+_CAUSE_FIX = {
+    "clock_throttle": "check cooling and power delivery of that GPU (fans, inlet temperature, "
+    "power brake), then reset or replace it",
+    "power_cap": "restore the GPU's power limit (nvidia-smi -pl) or check the PSU/power brake",
+    "pcie": "reseat the GPU or riser and check the slot; the link should train at full "
+    "generation and width",
+    "nvlink": "run NVLink diagnostics (dcgmi diag) and replace the GPU or NVSwitch tray",
+    "unknown": "run node diagnostics (dcgmi diag -r 3) on that GPU",
+}
+
+
+def detect_slow_rank(w: JobWindow) -> list[Finding]:
+    """Persistent straggler → the slow rank's GPU/node (category infrastructure), with cause."""
+    st = straggler_stats(w)
+    if st is None or not _is_persistent(st):
+        return []
+    r = w.ranks[st.rank_row]
+    a, b = float(st.times[st.start]), float(st.times[-1])
+    slowdown = 100.0 * st.lead
+    f = Finding(
+        family="slow_rank",
+        category=INFRASTRUCTURE,
+        title=f"Persistent straggler: rank {r.rank} on {r.node}",
+        summary="",
+        recommendation="",
+        explanation="",
+        confidence=0.0,
+        interval=(a, b),
+        subject=subject(job=w.job, node=r.node, gpu=r.gpu, rank=r.rank),
+    )
+    e1 = f.add(
+        f"{st.source} lead over the median rank",
+        (a, b),
+        round(st.lead, 4),
+        0.0,
+        f"rank {r.rank} computed longer than the median rank by this share of a step while the "
+        f"others waited for it (t={st.tstat:.1f} over 10-sample blocks)",
+        node=r.node,
+        gpu=r.gpu,
+        rank=r.rank,
+        job=w.job,
+    )
+    e2 = f.add(
+        "slowest rank identity",
+        (a, b),
+        round(st.block_win, 3),
+        round(1.0 / w.world, 3),
+        f"share of 10-sample blocks in which rank {r.rank} was the slowest; baseline: chance",
+        node=r.node,
+        gpu=r.gpu,
+        rank=r.rank,
+        job=w.job,
+    )
+    cause, cites = _cause(w, st.rank_row, a, b, f)
+    f.details["cause"] = cause
+    if cause != "unknown":
+        f.title += f" ({_CAUSE_TITLE[cause]})"
+    cite = ("[" + ", ".join(cites) + "]") if cites else ""
+    f.summary = (
+        f"Rank {r.rank} ({r.node}, GPU {r.gpu}) has been the slowest rank in "
+        f"{st.block_win:.0%} of 10-sample blocks since {hhmmss(a)} [{e2}], computing "
+        f"{st.lead:.1%} longer than the median rank each step while the others wait [{e1}]; "
+        f"{_CAUSE_TEXT[cause]} {cite}".rstrip()
+        + "."
+    )
+    f.explanation = (
+        "The same rank is slowest step after step, so the cause is that rank's hardware, not "
+        "the data (a data imbalance moves from rank to rank). Every other rank waits for it "
+        "at each all-reduce, so the whole job runs at its speed." + _caveat(w, st.source)
+    )
+    f.recommendation = (
+        f"Drain {r.node} GPU {r.gpu_index if r.gpu_index is not None else r.gpu} and "
+        f"{_CAUSE_FIX[cause]}; restart the job without it (exclude the node) meanwhile."
+    )
+    f.confidence = round(float(min(0.97, 0.6 + min(st.tstat, 20) / 60 + st.block_win * 0.1)), 2)
+    if cause == "unknown":
+        f.confidence = round(f.confidence * 0.85, 2)
+    f.slowdown_pct = round(slowdown, 1)
+    f.gpu_hours_lost = gpu_hours(w.world, (b - a) * st.lead / (1 + st.lead))
+    return [f]

@@ -1,0 +1,210 @@
+"""`proof eval [--seeds N] [--duration D]`: analyze every simulator scenario with several
+seeds and score the verdicts against each trace's ground truth (`meta.truth`).
+
+Per family: precision (verdicts of the family that were right / all verdicts of the family)
+and recall (scenarios of the family that got it / all). Category accuracy and subject accuracy
+over matched verdicts; impact = share of matched slowdown/GPU-time verdicts that state their
+slowdown and GPU-hours lost; detection delay = first evidence start of the matched verdict − the
+injected onset (trace seconds); verdicts on healthy controls (should be zero).
+Each trace goes through the real path: simulate → write the trace file → `analyze_trace`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from engine.detectors.common import GPU_TIME_FAMILIES, SLOWDOWN_FAMILIES
+
+# Families whose detection must land within 30 s of the injected onset (issue 6 targets).
+DELAY_TARGET_FAMILIES = ("slow_rank", "sequence_imbalance", "checkpoint_stall", "hardware_fault")
+DELAY_TARGET_S = 30.0
+
+
+@dataclass
+class Outcome:
+    scenario: str
+    seed: int
+    truth: dict[str, Any]
+    verdicts: list[dict[str, Any]]
+    seconds: float
+
+
+@dataclass
+class FamilyScore:
+    tp: int = 0
+    fp: int = 0
+    fn: int = 0
+    category_ok: int = 0
+    subject_ok: int = 0
+    matched: int = 0
+    delays: list[float] = field(default_factory=list)
+    # Matched verdicts of a slowdown/GPU-time family, and those that stated their impact.
+    impact_due: int = 0
+    impact_ok: int = 0
+
+    @property
+    def precision(self) -> float:
+        return self.tp / (self.tp + self.fp) if self.tp + self.fp else float("nan")
+
+    @property
+    def recall(self) -> float:
+        return self.tp / (self.tp + self.fn) if self.tp + self.fn else float("nan")
+
+
+def subject_matches(truth: dict[str, Any] | None, got: dict[str, Any]) -> bool:
+    """Every field the truth names (non-null) is the verdict's."""
+    if not truth:
+        return True
+    return all(got.get(k) == v for k, v in truth.items() if v is not None)
+
+
+def run_one(
+    scenario: str, seed: int, duration: float, nodes: int | None, gpn: int | None, tmp: str
+) -> Outcome:
+    from engine.analyze import analyze_trace
+    from simulator import simulate
+
+    t0 = time.perf_counter()
+    sim = simulate(scenario, seed=seed, duration_s=duration, nodes=nodes, gpus_per_node=gpn)
+    path = os.path.join(tmp, f"{scenario}-{seed}.jsonl.gz")
+    sim.write(path)
+    with open(os.devnull, "w") as devnull:
+        verdicts = analyze_trace(path, err=devnull)
+    os.unlink(path)
+    return Outcome(
+        scenario, seed, dict(sim.meta.get("truth") or {}), verdicts, time.perf_counter() - t0
+    )
+
+
+def impact_stated(v: dict[str, Any]) -> bool:
+    """The verdict states its impact: GPU-hours lost (and the slowdown, for a slowdown family)
+    in `impact`, and the summary's impact sentence."""
+    imp = v.get("impact") or {}
+    if imp.get("gpu_hours_lost") is None or "Impact:" not in v.get("summary", ""):
+        return False
+    return v["family"] not in SLOWDOWN_FAMILIES or imp.get("slowdown_pct") is not None
+
+
+def score(outcomes: list[Outcome]) -> tuple[dict[str, FamilyScore], int, int]:
+    fams: dict[str, FamilyScore] = {}
+    healthy_verdicts = 0
+    healthy_runs = 0
+    for o in outcomes:
+        fam = o.truth.get("family")
+        if fam is None:
+            healthy_runs += 1
+            healthy_verdicts += len(o.verdicts)
+        got = {v["family"] for v in o.verdicts}
+        for v in o.verdicts:
+            s = fams.setdefault(v["family"], FamilyScore())
+            if v["family"] == fam:
+                s.tp += 1
+            else:
+                s.fp += 1
+        if fam is not None:
+            s = fams.setdefault(fam, FamilyScore())
+            if fam not in got:
+                s.fn += 1
+            else:
+                s.tp -= len([v for v in o.verdicts if v["family"] == fam]) - 1  # count once
+                v = next(v for v in o.verdicts if v["family"] == fam)
+                s.matched += 1
+                s.category_ok += v["category"] == o.truth.get("category")
+                s.subject_ok += subject_matches(o.truth.get("subject"), v["subject"])
+                if fam in SLOWDOWN_FAMILIES | GPU_TIME_FAMILIES:
+                    s.impact_due += 1
+                    s.impact_ok += impact_stated(v)
+                onset = o.truth.get("onset")
+                cleared_ids = {i for c in v["cleared"] for i in c["evidence"]}
+                own = [e for e in v["evidence"] if e["id"] not in cleared_ids]
+                if onset is not None and own:
+                    first = min(e["interval"]["start"] for e in own)
+                    s.delays.append(first - float(onset))
+    return fams, healthy_verdicts, healthy_runs
+
+
+def format_table(fams: dict[str, FamilyScore], healthy_verdicts: int, healthy_runs: int) -> str:
+    rows = [
+        f"{'family':<22} {'prec':>5} {'recall':>6} {'cat':>5} {'subj':>5} "
+        f"{'delay med':>9} {'delay max':>9} {'impact':>6}  n"
+    ]
+    for fam in sorted(fams):
+        s = fams[fam]
+        cat = s.category_ok / s.matched if s.matched else float("nan")
+        subj = s.subject_ok / s.matched if s.matched else float("nan")
+        d = np.abs(np.array(s.delays)) if s.delays else None
+        dm = f"{np.median(d):9.1f}" if d is not None else f"{'-':>9}"
+        dx = f"{np.max(d):9.1f}" if d is not None else f"{'-':>9}"
+        imp = f"{s.impact_ok / s.impact_due:6.2f}" if s.impact_due else f"{'-':>6}"
+        rows.append(
+            f"{fam:<22} {s.precision:5.2f} {s.recall:6.2f} {cat:5.2f} {subj:5.2f} {dm} {dx} "
+            f"{imp}  {s.tp + s.fn}"
+        )
+    rows.append(f"healthy controls: {healthy_verdicts} verdict(s) on {healthy_runs} run(s)")
+    return "\n".join(rows)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--seeds", type=int, default=3, help="seeds per scenario (default 3)")
+    parser.add_argument(
+        "--duration", type=float, default=600.0, help="trace length in seconds (default 600)"
+    )
+    parser.add_argument(
+        "--nodes",
+        type=int,
+        default=2,
+        help="nodes per job (default 2; 0: each scenario's own random size)",
+    )
+    parser.add_argument(
+        "--gpus-per-node",
+        type=int,
+        default=4,
+        help="GPUs per node (default 4; 0: the simulator's 8)",
+    )
+    parser.add_argument("--first-seed", type=int, default=0, help="first seed (default 0)")
+    parser.add_argument("--scenario", action="append", help="only these scenarios (repeatable)")
+    parser.add_argument("--verbose", action="store_true", help="one line per run")
+
+
+def run(args: argparse.Namespace) -> int:
+    from simulator import list_scenarios
+
+    names = [s.name for s in list_scenarios()]
+    if args.scenario:
+        unknown = set(args.scenario) - set(names)
+        if unknown:
+            print(f"proof eval: unknown scenario(s) {sorted(unknown)}", file=sys.stderr)
+            return 2
+        names = [n for n in names if n in args.scenario]
+    outcomes = []
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="proof-eval-") as tmp:
+        for name in names:
+            for seed in range(args.first_seed, args.first_seed + args.seeds):
+                o = run_one(
+                    name, seed, args.duration, args.nodes or None, args.gpus_per_node or None, tmp
+                )
+                outcomes.append(o)
+                if args.verbose:
+                    got = [v["family"] for v in o.verdicts]
+                    ok = (o.truth.get("family") in got) if o.truth.get("family") else not got
+                    print(
+                        f"{'ok ' if ok else 'BAD'} {name:<28} seed={seed} truth="
+                        f"{o.truth.get('family')} got={got} ({o.seconds:.1f}s)",
+                        file=sys.stderr,
+                    )
+    fams, hv, hr = score(outcomes)
+    print(format_table(fams, hv, hr))
+    print(
+        f"{len(outcomes)} runs, {args.seeds} seed(s), {args.duration:.0f} s traces, "
+        f"{args.nodes or 'random'}x{args.gpus_per_node or 8} GPUs, {time.perf_counter() - t0:.0f} s"
+    )
+    return 0

@@ -1,0 +1,75 @@
+"""`proof eval` scoring: precision/recall per family, category/subject accuracy, delay, and
+verdicts on healthy controls, on hand-made outcomes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from engine.evaluation import Outcome, format_table, score, subject_matches
+
+
+def _verdict(family: str, category: str, start: float, **subject: Any) -> dict[str, Any]:
+    subj = {"job": None, "node": None, "gpu": None, "rank": None, "mount": None, **subject}
+    return {
+        "family": family,
+        "category": category,
+        "subject": subj,
+        "evidence": [
+            {"id": "e1", "interval": {"start": start, "end": start + 10}},
+            {"id": "e2", "interval": {"start": 0.0, "end": 1.0}},  # clearance: not a detection
+        ],
+        "cleared": [{"check": "hardware", "result": "clear", "evidence": ["e2"], "note": ""}],
+    }
+
+
+def _truth(family: str | None, category: str | None = None, onset: float | None = None, **s: Any):
+    subj = {"job": None, "node": None, "gpu": None, "rank": None, "mount": None, **s} if s else None
+    return {"family": family, "category": category, "subject": subj, "onset": onset}
+
+
+def test_score_counts_hits_misses_false_alarms_and_delay() -> None:
+    outcomes = [
+        Outcome(
+            "slow_rank",
+            0,
+            _truth("slow_rank", "infrastructure", 100.0, job="J", rank=3),
+            [_verdict("slow_rank", "infrastructure", 112.0, job="J", rank=3)],
+            1.0,
+        ),
+        Outcome(
+            "slow_rank",
+            1,
+            _truth("slow_rank", "infrastructure", 100.0, job="J", rank=3),
+            [_verdict("slow_rank", "job", 100.0, job="J", rank=4)],
+            1.0,
+        ),
+        Outcome(
+            "slow_rank", 2, _truth("slow_rank", "infrastructure", 100.0, job="J", rank=3), [], 1.0
+        ),
+        Outcome(
+            "healthy_training",
+            0,
+            _truth(None),
+            [_verdict("sequence_imbalance", "job", 5.0, job="J")],
+            1.0,
+        ),
+    ]
+    fams, healthy_verdicts, healthy_runs = score(outcomes)
+    s = fams["slow_rank"]
+    assert (s.tp, s.fn, s.fp) == (2, 1, 0)
+    assert s.category_ok == 1 and s.subject_ok == 1 and s.matched == 2
+    assert sorted(s.delays) == [0.0, 12.0]  # the clearance evidence (t=0) is not the detection
+    assert fams["sequence_imbalance"].fp == 1 and fams["sequence_imbalance"].precision == 0.0
+    assert (healthy_verdicts, healthy_runs) == (1, 1)
+    table = format_table(fams, healthy_verdicts, healthy_runs)
+    assert "slow_rank" in table and "healthy controls: 1 verdict(s) on 1 run(s)" in table
+
+
+def test_subject_match_ignores_fields_the_truth_leaves_open() -> None:
+    truth = {"job": "J", "node": None, "gpu": None, "rank": None, "mount": "/shared"}
+    assert subject_matches(
+        truth, {"job": "J", "node": "n1", "gpu": None, "rank": 2, "mount": "/shared"}
+    )
+    assert not subject_matches(
+        truth, {"job": "J", "node": None, "gpu": None, "rank": None, "mount": "/local"}
+    )
