@@ -28,8 +28,9 @@ import numpy as np
 
 from contract import signals
 from contract.identity import inference_server
+from contract.rows import JobMeta, ProcessInfo
 from engine.detectors import run_detectors, run_fleet_health
-from engine.store import TERMINAL_STATES, JobMeta, ProcessInfo, TraceStore
+from engine.store import TERMINAL_STATES, TraceStore
 from engine.verdicts import build_verdicts
 from engine.window import JobWindow, build_gpu_window, build_job_window
 
@@ -283,7 +284,8 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
         return 0
     if result.jobs:
-        assert result.start is not None
+        if result.start is None:  # cannot be: a trace with jobs has records
+            raise RuntimeError("jobs seen but no start time")
         when = datetime.fromtimestamp(result.start, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
         print(f"Jobs seen (times from the start of the trace, {when}):")
         for j in result.jobs:

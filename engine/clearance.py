@@ -13,11 +13,11 @@ from __future__ import annotations
 import numpy as np
 
 from contract import signals
+from contract.rows import SeriesData
 from engine.detectors.common import counter_delta
 from engine.detectors.hardware import FAULT_COUNTERS, IB_ERROR_COUNTERS
 from engine.detectors.xids import APPLICATION, FAULT, WARNING, xid_kind
 from engine.findings import INFRASTRUCTURE, Cleared, Finding
-from engine.store import SeriesData
 from engine.window import JobWindow
 
 GPU_CLEARANCE_COUNTERS: tuple[str, ...] = signals.GPU_ERROR_COUNTERS

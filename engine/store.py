@@ -10,7 +10,8 @@ a job over [t0, t1], a node's series, events of a GPU or node, a job's log lines
   in-memory store reads a 64-GPU, 30-minute trace within the 60 s target (docs/detectors.md).
 - `IngestStore` — the live implementation over `ingest.selectors` (one tenant).
 
-Both return the same plain dataclasses, so the detector code is identical live and offline.
+Both return the same plain row types (contract.rows), so the detector code is identical live
+and offline.
 """
 
 from __future__ import annotations
@@ -21,12 +22,12 @@ import gzip
 import os
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
 
 from contract import signals
+from contract.rows import EventRow, JobMeta, LogRow, ProcessInfo, SeriesData, SeriesInfo
 from contract.trace import Problem, open_trace_bytes
 from contract.trace.records import TYPE_META, check_meta, check_record, clean_record
 
@@ -36,87 +37,6 @@ except ImportError:  # pragma: no cover - orjson is a base dependency
     from json import loads as _loads  # type: ignore[assignment]
 
 _CHUNK = 8 << 20  # bytes of uncompressed trace parsed per batch
-
-
-@dataclass(frozen=True)
-class SeriesInfo:
-    name: str
-    node: str
-    gpu: str
-    gpu_index: int | None
-    pid: int | None
-    job: str
-    rank: int | None
-    labels: tuple[tuple[str, str], ...] = ()
-
-    def label(self, key: str) -> str | None:
-        for k, v in self.labels:
-            if k == key:
-                return v
-        return None
-
-
-@dataclass(frozen=True)
-class SeriesData:
-    info: SeriesInfo
-    ts: np.ndarray  # float64 seconds, increasing
-    values: np.ndarray  # float64
-
-
-@dataclass(frozen=True)
-class LogRow:
-    ts: float
-    node: str
-    pid: int | None
-    rank: int | None
-    stream: str
-    line: str
-
-
-@dataclass(frozen=True)
-class EventRow:
-    ts: float
-    name: str
-    node: str
-    gpu: str
-    gpu_index: int | None
-    job: str
-    value: float | None
-    text: str
-    labels: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass
-class ProcessInfo:
-    node: str
-    pid: int
-    job: str
-    rank: int | None
-    local_rank: int | None
-    gpu: str
-    gpu_index: int | None
-    cmd: str
-    first_ts: float
-    exit_code: int | None = None
-    exit_ts: float | None = None
-    world_size: int | None = None
-
-
-@dataclass
-class JobMeta:
-    job: str
-    kind: str = "training"
-    kind_recorded: bool = False  # a job record said the kind (else `kind` is the default)
-    name: str = ""
-    nodes: list[str] = field(default_factory=list)
-    world_size: int | None = None
-    state: str = "running"
-    exit_code: int | None = None
-    rerun_of: str | None = None
-    config: dict[str, Any] = field(default_factory=dict)
-    first_ts: float = float("inf")
-    last_ts: float = float("-inf")
-    end_ts: float | None = None  # when a terminal state was recorded
 
 
 class SignalStore(Protocol):

@@ -22,15 +22,8 @@ import numpy as np
 
 from contract import signals
 from contract.parsers import training as tp
-from engine.store import (
-    FLEET_HEALTH_SIGNALS,
-    EventRow,
-    JobMeta,
-    LogRow,
-    SeriesData,
-    SignalStore,
-    is_gpu_scope,
-)
+from contract.rows import EventRow, JobMeta, LogRow, SeriesData
+from engine.store import FLEET_HEALTH_SIGNALS, SignalStore, is_gpu_scope
 
 # Source names a verdict reports under "could not see".
 SRC_DCGM_PROFILING = "dcgm_profiling"  # DCGM_FI_PROF_* (tensor/SM/engine activity)

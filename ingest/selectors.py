@@ -1,6 +1,6 @@
 """Ingest's reads, for detectors and the console. Every function runs as the tenant
-(tenant_context) and returns plain values: per series, numpy arrays of timestamps (float
-seconds since the epoch, millisecond resolution) and values.
+(tenant_context) and returns the contract's row types (contract.rows): per series, numpy
+arrays of timestamps (float seconds since the epoch, millisecond resolution) and values.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import json
 import os
 from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -18,8 +18,17 @@ from django.db.models import Q, TextField
 from django.db.models.functions import Cast
 
 from contract import signals
+from contract.rows import (
+    EventRow,
+    JobMeta,
+    LogRow,
+    ProcessInfo,
+    SeriesData,
+    SeriesInfo,
+    labels_key,
+)
 from ingest import blocks
-from ingest.models import Event, Gpu, Job, JobRank, LogLine, Node, Series, SeriesRollup
+from ingest.models import Event, Gpu, Job, JobRank, LogLine, Node, Process, Series, SeriesRollup
 from ingest.storage import read_block_payloads
 from tenants.context import tenant_context
 
@@ -33,27 +42,6 @@ GPU_COUNTERS: tuple[str, ...] = (
     signals.DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL,
     signals.DCGM_FI_DEV_PCIE_REPLAY_COUNTER,
 )
-
-
-@dataclass(frozen=True)
-class SeriesInfo:
-    id: int
-    name: str
-    node: str
-    gpu: str
-    gpu_index: int | None
-    pid: int | None
-    job: str
-    rank: int | None
-    local_rank: int | None
-    labels: dict[str, str] = field(default_factory=dict, hash=False, compare=False)
-
-
-@dataclass(frozen=True)
-class SeriesData:
-    info: SeriesInfo
-    ts: np.ndarray  # float64 seconds
-    values: np.ndarray  # float64
 
 
 @dataclass(frozen=True)
@@ -133,7 +121,7 @@ def _fill_infos(qs: Any, ids: list[int]) -> dict[int, SeriesInfo]:
             node = _HOSTNAMES.get(node_id, "") if node_id is not None else ""
             job = _JOB_IDS.get(job_pk, "") if job_pk is not None else ""
             _INFO_CACHE[sid] = (
-                SeriesInfo(sid, name, node, gpu, gidx, pid, job, rank, lrank, labels or {}),
+                SeriesInfo(name, node, gpu, gidx, pid, job, rank, labels_key(labels), lrank),
                 node_id,
             )
     infos: dict[int, SeriesInfo] = {}
@@ -350,6 +338,14 @@ def job_series(operator_id: int, job_id: str, t0: float, t1: float) -> list[Seri
         )
 
 
+def gpu_series(operator_id: int, gpu: str, t0: float, t1: float) -> list[SeriesData]:
+    """Every series of one GPU (by UUID) over [t0, t1], whichever job or process they carry."""
+    with tenant_context(operator_id):
+        return _read_query(
+            operator_id, Series.objects.for_tenant(operator_id).filter(gpu=gpu), t0, t1
+        )
+
+
 def node_series(
     operator_id: int, hostname: str, t0: float, t1: float, names: Iterable[str] | None = None
 ) -> list[SeriesData]:
@@ -401,17 +397,6 @@ def gpu_counters(
     return out
 
 
-@dataclass(frozen=True)
-class LogRow:
-    ts: float
-    node: str
-    pid: int | None
-    rank: int | None
-    step: int | None
-    stream: str
-    line: str
-
-
 def job_logs(
     operator_id: int,
     job_id: str,
@@ -430,22 +415,9 @@ def job_logs(
             .values_list("ts_us", "node__hostname", "pid", "rank", "step", "stream", "line")[:limit]
         )
         return [
-            LogRow(ts / 1e6, node or "", pid, rank, step, s, line)
+            LogRow(ts / 1e6, node or "", pid, rank, s, line, step)
             for ts, node, pid, rank, step, s, line in rows
         ]
-
-
-@dataclass(frozen=True)
-class EventRow:
-    ts: float
-    name: str
-    node: str
-    gpu: str
-    gpu_index: int | None
-    job: str
-    value: float | None
-    text: str
-    labels: dict[str, str]
 
 
 def events(
@@ -497,3 +469,94 @@ def node_inventory(operator_id: int, hostname: str) -> dict[str, Any] | None:
             .values("uuid", "index", "model", "memory_mib", "driver_version", "cuda_version")
         )
         return {"hostname": node.hostname, "agent_version": node.agent_version, "gpus": gpus}
+
+
+# --- inventory, for the detectors' stores ----------------------------------------------------
+
+
+def gpu_locations(operator_id: int) -> dict[str, tuple[str, int | None]]:
+    """Every registered GPU of the tenant: UUID → (node hostname, index on the node)."""
+    with tenant_context(operator_id):
+        return {
+            uuid: (node or "", index)
+            for uuid, node, index in Gpu.objects.for_tenant(operator_id).values_list(
+                "uuid", "node__hostname", "index"
+            )
+        }
+
+
+def job_metas(
+    operator_id: int, job_ids: Iterable[str], spans: dict[str, tuple[float, float]]
+) -> dict[str, JobMeta]:
+    """The jobs asked for and their reruns and originals (not the whole fleet), as the
+    detectors see them. `spans` gives each job's data span (first, last sample ts): the job
+    rows carry wall-clock times only, which say nothing of a replayed trace."""
+    names = set(job_ids)
+    with tenant_context(operator_id):
+        qs = Job.objects.for_tenant(operator_id)
+        rows = list(qs.filter(job_id__in=names))
+        related = {j.rerun_of for j in rows if j.rerun_of}
+        rows += list(qs.filter(job_id__in=related - names))
+        rows += list(qs.filter(rerun_of__in=names).exclude(job_id__in=names | related))
+    out = {}
+    for job in rows:
+        first, last = spans.get(job.job_id, (float("inf"), float("-inf")))
+        out[job.job_id] = JobMeta(
+            job=job.job_id,
+            kind=job.kind or "training",
+            name=job.name,
+            nodes=[str(n) for n in (job.nodes or [])],
+            world_size=job.world_size,
+            state=job.state if job.state != "unknown" else "running",
+            exit_code=job.exit_code,
+            rerun_of=job.rerun_of or None,
+            config=dict(job.config or {}),
+            first_ts=first,
+            last_ts=last,
+            end_ts=job.ended_at.timestamp() if job.ended_at else None,
+        )
+    return out
+
+
+def job_processes(
+    operator_id: int,
+    job_id: str,
+    first_ts: float | None,
+    gpus: dict[str, tuple[str, int | None]] | None = None,
+) -> list[ProcessInfo]:
+    """The processes of job J with their rank, GPU and exit. `first_ts` is the job's first
+    data time where known (ingest's first-seen wall clock says nothing of a replay); `gpus`
+    is gpu_locations() when the caller has it already."""
+    gpus = gpu_locations(operator_id) if gpus is None else gpus
+    with tenant_context(operator_id):
+        rows = list(
+            Process.objects.for_tenant(operator_id)
+            .filter(job__job_id=job_id)
+            .values_list(
+                "node__hostname",
+                "pid",
+                "rank",
+                "local_rank",
+                "gpu",
+                "cmd",
+                "first_seen_at",
+                "exit_code",
+                "exited_at",
+            )
+        )
+    return [
+        ProcessInfo(
+            node=node or "",
+            pid=int(pid),
+            job=job_id,
+            rank=rank,
+            local_rank=local_rank,
+            gpu=gpu or "",
+            gpu_index=gpus.get(gpu, ("", None))[1] if gpu else None,
+            cmd=cmd or "",
+            first_ts=first_ts if first_ts is not None else seen.timestamp(),
+            exit_code=exit_code,
+            exit_ts=exited.timestamp() if exited else None,
+        )
+        for node, pid, rank, local_rank, gpu, cmd, seen, exit_code, exited in rows
+    ]

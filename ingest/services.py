@@ -22,7 +22,7 @@ import numpy as np
 from django.db import connection, transaction
 from django.db.models import Max, Q
 
-from ingest import blocks
+from ingest import blocks, signals
 from ingest.models import (
     BatchReceipt,
     Event,
@@ -38,7 +38,6 @@ from ingest.models import (
 )
 from ingest.processing import DecodedBatch, SeriesKey
 from ingest.storage import MAX_BLOCK_SPAN_MS, BlockRow, write_blocks
-from investigations import services as investigation_services
 from tenants import services as tenant_services
 from tenants.context import system_context, tenant_context
 
@@ -158,9 +157,12 @@ def store_batch(operator_id: int, batch: DecodedBatch, now: datetime | None = No
         _store_logs(operator_id, batch, node_ids, job_ids)
         _store_events(operator_id, batch, node_ids, job_ids)
         _store_processes(operator_id, batch, node_ids, job_ids)
-        # Detectors are told in the same transaction (investigations debounces and enqueues
-        # the evaluation on commit).
-        investigation_services.note_job_data(operator_id, *_data_spans(batch, job_ids, node_ids))
+        # Announced in the same transaction: what a receiver records commits with the batch
+        # (investigations notes the jobs' activity and schedules their evaluation on commit).
+        job_spans, node_spans = _data_spans(batch, job_ids, node_ids)
+        signals.batch_stored.send(
+            sender=store_batch, operator_id=operator_id, job_spans=job_spans, node_spans=node_spans
+        )
     return StoreOutcome(StoreStatus.STORED, batch.sample_count)
 
 
@@ -212,7 +214,8 @@ def _claim_receipt(operator_id: int, batch: DecodedBatch, now: datetime) -> bool
     table = BatchReceipt._meta.db_table
     with connection.cursor() as cursor:
         cursor.execute(
-            f"INSERT INTO {table} (operator_id, agent_id, sequence, samples, received_at) "
+            # S608: the table name is one of ours (a model's db_table), never input.
+            f"INSERT INTO {table} (operator_id, agent_id, sequence, samples, received_at) "  # noqa: S608
             "VALUES (%s, %s, %s, %s, %s) "
             "ON CONFLICT (operator_id, agent_id, sequence) DO NOTHING RETURNING id",
             [operator_id, batch.agent_id, batch.sequence, batch.sample_count, now],
@@ -570,7 +573,8 @@ def build_rollups(operator_id: int, hour_start_ms: int) -> int:
     with tenant_context(operator_id):
         with connection.cursor() as cursor:
             cursor.execute(
-                f"SELECT DISTINCT node_id FROM {BLOCK_TABLE} WHERE operator_id = %s "
+                # S608: BLOCK_TABLE is a constant of ingest.storage, never input.
+                f"SELECT DISTINCT node_id FROM {BLOCK_TABLE} WHERE operator_id = %s "  # noqa: S608
                 "AND start_ms >= %s AND start_ms < %s AND end_ms >= %s",
                 [operator_id, hour_start_ms - MAX_BLOCK_SPAN_MS, hour_end_ms, hour_start_ms],
             )

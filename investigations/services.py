@@ -1,6 +1,6 @@
 """The live pipeline's writes: job activity from ingest, evaluations, incidents and verdicts.
 
-    ingest stores a batch ─► note_job_data() ─► (debounced) evaluate_job task
+    ingest announces batch_stored ─► receivers ─► note_job_data() ─► (debounced) evaluate_job
     periodic fan-out ──────► evaluate_job / evaluate_fleet_health tasks
     evaluate_job(): lock ─► window from ingest ─► detectors ─► merge_verdicts() ─► notifications
                                                └► account_usage() (the real price)

@@ -13,10 +13,10 @@ from __future__ import annotations
 import numpy as np
 
 from contract import signals
+from contract.rows import SeriesData
 from contract.verdicts import subject
 from engine.detectors.common import gpu_hours, hhmmss
 from engine.findings import INFRASTRUCTURE, Cleared, Finding
-from engine.store import SeriesData
 from engine.window import JobWindow
 
 # A save must hold the whole job for at least 10 s *and* 5 training steps to count as a

@@ -7,11 +7,11 @@ from __future__ import annotations
 import numpy as np
 
 from contract import signals
+from contract.rows import EventRow
 from contract.verdicts import subject
 from engine.detectors.common import counter_delta, gpu_hours, hhmmss, rate_trend
 from engine.detectors.xids import FAULT, WARNING, xid_kind, xid_name
 from engine.findings import INFRASTRUCTURE, Finding
-from engine.store import EventRow
 from engine.window import GpuWindow, JobWindow
 
 # XIDs are classed by xids.py (NVIDIA's XID catalogue): faults (48 DBE, 64 row-remap failure,

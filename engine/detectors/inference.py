@@ -9,9 +9,9 @@ import math
 import numpy as np
 
 from contract import signals
+from contract.rows import SeriesData
 from contract.verdicts import subject
 from engine.findings import JOB, Finding
-from engine.store import SeriesData
 from engine.window import JobWindow
 
 # Underfilled: at the endpoint's busiest (90th percentile) the running batch uses ≤ 25% of the

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from contract import signals
-from engine.store import EventRow, JobMeta, SeriesData, SeriesInfo
+from contract.rows import EventRow, JobMeta, SeriesData, SeriesInfo
 from engine.window import JobWindow, RankInfo, StepTable
 
 T0 = 1_767_600_000.0

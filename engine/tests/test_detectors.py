@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from contract import signals
+from contract.rows import EventRow, SeriesData
 from contract.verdicts import subject
 from engine.clearance import hardware_clearance
 from engine.detectors import (
@@ -17,7 +18,6 @@ from engine.detectors import (
     run_detectors,
 )
 from engine.findings import Finding
-from engine.store import EventRow, SeriesData
 from engine.tests.synthetic import (
     T0,
     counter,

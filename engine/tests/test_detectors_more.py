@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from contract import signals
+from contract.rows import JobMeta, SeriesData, SeriesInfo
 from engine.detectors import (
     detect_checkpoint_stall,
     detect_collective_hang,
@@ -14,7 +15,6 @@ from engine.detectors import (
     detect_slow_rank,
     detect_underfilled_batches,
 )
-from engine.store import JobMeta, SeriesData, SeriesInfo
 from engine.tests.synthetic import T0, healthy_sync, window
 from engine.verdicts import build_verdicts
 from engine.window import Checkpoint, missing_sources

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from contract import signals
+from contract.rows import EventRow
 from contract.verdicts import subject
 from engine.analyze import analyze_trace
 from engine.clearance import hardware_clearance
@@ -25,7 +26,6 @@ from engine.detectors.xids import (
     xid_kind,
 )
 from engine.findings import INFRASTRUCTURE, JOB, Finding
-from engine.store import EventRow
 from engine.tests.synthetic import T0, counter, gpu_uuid, healthy_sync, steps, window
 from engine.window import GpuWindow, StepTable
 from simulator import simulate

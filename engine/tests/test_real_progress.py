@@ -14,9 +14,10 @@ from typing import Any
 import numpy as np
 import pytest
 
+from contract.rows import LogRow
 from engine.analyze import analyze_trace
 from engine.detectors.progress import describe_change, detect_no_learning, times
-from engine.store import LogRow, TraceStore
+from engine.store import TraceStore
 from engine.tests.synthetic import steps, window
 from engine.window import StepTable, build_job_window, parse_logs
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from contract import signals
-from engine.store import SeriesData, SeriesInfo
+from contract.rows import SeriesData, SeriesInfo
 from engine.window import job_sampling_interval
 
 T0 = 1_767_600_000.0

@@ -1,0 +1,20 @@
+"""What ingest announces to the apps above it; ingest itself knows none of them.
+
+`batch_stored` is sent by `ingest.services.store_batch()` inside the batch's transaction,
+after everything of the batch is written and before it commits: a receiver's writes commit
+with the batch or not at all (a receiver that raises rolls the batch back and ingest refuses
+it, so the agent resends it), and work a receiver wants done after the commit belongs in
+`transaction.on_commit`. Receivers must be quick: they hold the batch's transaction open.
+
+Keyword arguments:
+- `operator_id`: the tenant the batch was stored for;
+- `job_spans`: job pk → (first, last) data time of the batch's records of that job, seconds;
+- `node_spans`: node pk → (first, last) data time of samples that carry no job (e.g. GPU
+  readings the agent could not attribute), seconds.
+"""
+
+from __future__ import annotations
+
+from django.dispatch import Signal
+
+batch_stored = Signal()
