@@ -8,9 +8,12 @@ Each subcommand lives in its own module exposing `add_arguments(parser)` and
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import sys
+
+from contract import cli
+
+DESCRIPTION = (__doc__ or "").splitlines()[0]
 
 # name -> (module, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
@@ -30,30 +33,14 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="proof", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name, (_module_path, help_text) in SUBCOMMANDS.items():
-        sub.add_parser(name, help=help_text, add_help=False)
-    return parser
+    return cli.build_parser("proof", DESCRIPTION, SUBCOMMANDS)
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "proof_web.settings")
-    if not argv or argv[0] in ("-h", "--help"):
-        build_parser().print_help()
-        return 0 if argv else 2
-    name = argv[0]
-    if name not in SUBCOMMANDS:
-        build_parser().print_help(sys.stderr)
-        print(f"\nproof: unknown command {name!r}", file=sys.stderr)
-        return 2
-    module_path, help_text = SUBCOMMANDS[name]
-    module = importlib.import_module(module_path)
-    parser = argparse.ArgumentParser(prog=f"proof {name}", description=help_text)
-    module.add_arguments(parser)
-    args = parser.parse_args(argv[1:])
-    return int(module.run(args) or 0)
+    return cli.dispatch(
+        "proof", DESCRIPTION, SUBCOMMANDS, list(sys.argv[1:] if argv is None else argv)
+    )
 
 
 if __name__ == "__main__":
