@@ -10,6 +10,7 @@ lazily by the collectors that use them, so they are not excused here either.
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -132,3 +133,71 @@ def test_agent_install_pulls_no_server_dependencies() -> None:
     assert "grpcio" in names  # the parse found the real list
     offending = [name for name in names if FORBIDDEN_DISTRIBUTIONS.match(name)]
     assert offending == [], f"the agent install would pull server packages: {offending}"
+
+
+def _agent_imports(tree: ast.AST) -> list[tuple[int, str]]:
+    """(line, module) of every import of `agent` or `agent.*` anywhere in the module: at the
+    top, inside functions and classes, and `importlib.import_module("agent…")`/`__import__`."""
+    found: list[tuple[int, str]] = []
+
+    def is_agent(name: str | None) -> bool:
+        return bool(name) and (name == "agent" or name.startswith("agent."))  # type: ignore[union-attr]
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names if is_agent(a.name)]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and is_agent(node.module):
+            found.append((node.lineno, str(node.module)))
+        elif isinstance(node, ast.Call) and node.args:
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            arg = node.args[0]
+            if (
+                name in ("import_module", "__import__")
+                and isinstance(arg, ast.Constant)
+                and isinstance(arg.value, str)
+                and is_agent(arg.value)
+            ):
+                found.append((node.lineno, arg.value))
+    return sorted(found)
+
+
+def test_no_module_outside_the_agent_imports_it() -> None:
+    """The agent is a separate program: the server, the contract, the simulator, the engine,
+    the end-to-end tests and the scripts drive it as an operator does (`proof-agent …` in a
+    subprocess) and never import it. Every tracked .py file outside agent/ is parsed."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--", "*.py"],
+        cwd=REPO,
+        capture_output=True,
+        check=True,
+        timeout=60,
+    ).stdout.decode()
+    paths = [p for p in listed.split("\0") if p and not p.startswith("agent/")]
+    assert "tests/test_import_boundary.py" in paths  # the listing found the real tree
+    offenders: list[str] = []
+    for rel in paths:
+        path = REPO / rel
+        if not path.exists():  # deleted in the working tree, not yet committed
+            continue
+        tree = ast.parse(path.read_bytes(), filename=rel)
+        offenders += [f"{rel}:{line}: {module}" for line, module in _agent_imports(tree)]
+    assert offenders == [], "modules outside agent/ that import the agent:\n" + "\n".join(
+        offenders
+    )
+
+
+def test_the_agent_import_scan_sees_every_form() -> None:
+    source = (
+        "import agent\nimport agentless, os\nfrom agent.spool import Spool\n"
+        "from agents import x\nfrom . import agent\n"
+        "def f():\n    import agent.cli as c\n    importlib.import_module('agent.transport.sink')\n"
+        "class C:\n    from agent import config\n"
+    )
+    assert [m for _, m in _agent_imports(ast.parse(source))] == [
+        "agent",
+        "agent.spool",
+        "agent.cli",
+        "agent.transport.sink",
+        "agent",
+    ]
