@@ -14,7 +14,7 @@ from typing import TypeVar
 from django.db import models
 from django.http import Http404
 
-from tenants.models import CUSTOMER_ROLES, OPERATOR_ROLES, Role
+from tenants.roles import CUSTOMER_ROLES, OPERATOR_ROLES, Role
 
 M = TypeVar("M", bound=models.Model)
 

@@ -7,24 +7,17 @@ PostgreSQL each such table also has row-level security enabled and forced (tenan
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from django.conf import settings
 from django.db import models
 
-if TYPE_CHECKING:
-    from tenants.access import Principal
+from tenants.access import Principal
 
-
-class Role(models.TextChoices):
-    OPERATOR_ADMIN = "operator_admin", "Operator admin"
-    OPERATOR_SUPPORT = "operator_support", "Operator support"
-    CUSTOMER_ADMIN = "customer_admin", "Customer admin"
-    CUSTOMER_VIEWER = "customer_viewer", "Customer viewer"
-
-
-OPERATOR_ROLES = frozenset({Role.OPERATOR_ADMIN, Role.OPERATOR_SUPPORT})
-CUSTOMER_ROLES = frozenset({Role.CUSTOMER_ADMIN, Role.CUSTOMER_VIEWER})
+# Re-exported (`X as X`): callers import the roles with the models they describe.
+from tenants.roles import CUSTOMER_ROLES as CUSTOMER_ROLES
+from tenants.roles import OPERATOR_ROLES as OPERATOR_ROLES
+from tenants.roles import Role as Role
 
 
 class Operator(models.Model):
@@ -45,8 +38,6 @@ class TenantQuerySet(models.QuerySet):
     def for_tenant(self, principal: Principal | Operator | int) -> TenantQuerySet:
         """Rows the principal may see: the operator's, narrowed to one customer's for
         customer principals (via the model's `customer_path`; none if it has none)."""
-        from tenants.access import Principal
-
         if isinstance(principal, Principal):
             qs = self.filter(operator_id=principal.operator_id)
             if principal.customer_id is None:

@@ -29,6 +29,8 @@ def register_rls_table(table: str, column: str = "operator_id") -> None:
 
 def tenant_tables() -> dict[str, str]:
     """Every tenant-owned table → the column holding its operator id."""
+    # Not at module top: ingest.storage imports this module, and ingest.processing (which
+    # imports storage) is used before Django is set up, when models cannot be imported.
     from tenants.models import Operator, TenantOwned
 
     tables: dict[str, str] = {Operator._meta.db_table: "id"}

@@ -1,15 +1,13 @@
 from django.db import migrations
 
+from ingest.storage import create_block_table, drop_block_table
+
 
 def create(apps, schema_editor):
-    from ingest.storage import create_block_table
-
     create_block_table(schema_editor.connection)
 
 
 def drop(apps, schema_editor):
-    from ingest.storage import drop_block_table
-
     drop_block_table(schema_editor.connection)
 
 

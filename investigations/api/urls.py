@@ -4,16 +4,15 @@ from __future__ import annotations
 
 from rest_framework.routers import BaseRouter
 
-from investigations.api.views import (
-    GpuListPriceViewSet,
-    IncidentViewSet,
-    RealPriceViewSet,
-    VerdictViewSet,
-)
+from investigations.api import views
+from tenants.api.base import register_viewsets
 
 
 def register(router: BaseRouter) -> None:
-    router.register("incidents", IncidentViewSet, basename="incident")
-    router.register("verdicts", VerdictViewSet, basename="verdict")
-    router.register("gpu-prices", GpuListPriceViewSet, basename="gpu-price")
-    router.register("real-price", RealPriceViewSet, basename="real-price")
+    register_viewsets(
+        router,
+        views.IncidentViewSet,
+        views.VerdictViewSet,
+        views.GpuListPriceViewSet,
+        views.RealPriceViewSet,
+    )

@@ -37,6 +37,8 @@ class IncidentViewSet(TenantScopedReadOnlyViewSet):
     """Incidents with their current verdict; ?state=open&family=…&category=…&job=<job id>."""
 
     model = Incident
+    route = "incidents"
+    route_basename = "incident"
     serializer_class = IncidentSerializer
     lookup_field = "public_id"
 
@@ -60,6 +62,8 @@ class VerdictViewSet(TenantScopedReadOnlyViewSet):
     """The current verdict of each incident, exactly the DESIGN §7 object (same filters)."""
 
     model = Incident
+    route = "verdicts"
+    route_basename = "verdict"
     lookup_field = "public_id"
 
     def scope_queryset(self, queryset: QuerySet[Any]) -> QuerySet[Any]:
@@ -82,6 +86,8 @@ class GpuListPriceViewSet(TenantScopedViewSet):
     admins write (PUT/PATCH change the price of the row's model)."""
 
     model = GpuListPrice
+    route = "gpu-prices"
+    route_basename = "gpu-price"
     serializer_class = GpuListPriceSerializer
 
     def get_permissions(self) -> list[BasePermission]:
@@ -90,9 +96,8 @@ class GpuListPriceViewSet(TenantScopedViewSet):
         return [IsOperatorAdminPrincipal()]
 
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        shape = GpuListPriceWriteSerializer(data=request.data)
-        shape.is_valid(raise_exception=True)
-        price = services.set_list_price(self.principal, **shape.validated_data)
+        data = self.validated(GpuListPriceWriteSerializer)
+        price = services.set_list_price(self.principal, **data)
         return Response(GpuListPriceSerializer(price).data, status=status.HTTP_201_CREATED)
 
     def update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
@@ -100,14 +105,13 @@ class GpuListPriceViewSet(TenantScopedViewSet):
         data = {"gpu_model": current.gpu_model, "currency": current.currency}
         incoming = request.data
         data.update(incoming.dict() if hasattr(incoming, "dict") else dict(incoming))
-        shape = GpuListPriceWriteSerializer(data=data)
-        shape.is_valid(raise_exception=True)
-        if shape.validated_data["gpu_model"] != current.gpu_model:
+        changes = self.validated(GpuListPriceWriteSerializer, data)
+        if changes["gpu_model"] != current.gpu_model:
             return Response(
                 {"gpu_model": ["the model of a price cannot change; create a new price"]},
                 status=status.HTTP_400_BAD_REQUEST,
             )
-        price = services.set_list_price(self.principal, **shape.validated_data)
+        price = services.set_list_price(self.principal, **changes)
         return Response(GpuListPriceSerializer(price).data)
 
     def destroy(self, request: Request, *args: Any, **kwargs: Any) -> Response:
@@ -121,12 +125,12 @@ class RealPriceViewSet(TenantScopedReadOnlyViewSet):
     narrow it. GET /real-price/by-customer/ — one row per customer (operators only)."""
 
     model = JobGpuUsage
+    route = "real-price"
+    route_basename = "real-price"
     permission_classes = [HasPrincipal]
 
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        shape = RealPriceQuerySerializer(data=request.query_params)
-        shape.is_valid(raise_exception=True)
-        query = shape.validated_data
+        query = self.validated(RealPriceQuerySerializer, request.query_params)
         principal = self.principal
         scope: dict[str, Any] = {}
         if "job" in query:

@@ -4,16 +4,15 @@ from __future__ import annotations
 
 from rest_framework.routers import BaseRouter
 
-from tenants.api.views import (
-    AgentTokenViewSet,
-    ApiTokenViewSet,
-    CustomerViewSet,
-    JobMappingRuleViewSet,
-)
+from tenants.api import views
+from tenants.api.base import register_viewsets
 
 
 def register(router: BaseRouter) -> None:
-    router.register("customers", CustomerViewSet, basename="customer")
-    router.register("api-tokens", ApiTokenViewSet, basename="api-token")
-    router.register("agent-tokens", AgentTokenViewSet, basename="agent-token")
-    router.register("job-mapping-rules", JobMappingRuleViewSet, basename="job-mapping-rule")
+    register_viewsets(
+        router,
+        views.CustomerViewSet,
+        views.ApiTokenViewSet,
+        views.AgentTokenViewSet,
+        views.JobMappingRuleViewSet,
+    )

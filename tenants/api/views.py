@@ -6,13 +6,14 @@ Who may do what is decided by the permission classes and, again, by the services
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from rest_framework import status
 from rest_framework.decorators import action
 from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.serializers import Serializer
 
 from tenants import services
 from tenants.api.base import TenantScopedViewSet
@@ -27,13 +28,15 @@ from tenants.api.serializers import (
     JobMappingRuleSerializer,
     JobMappingRuleWriteSerializer,
 )
-from tenants.models import AgentToken, ApiToken, Customer, JobMappingRule
+from tenants.models import AgentToken, ApiToken, Customer, HashedToken, JobMappingRule
 
 
 class CustomerViewSet(TenantScopedViewSet):
     """Operator roles see and create their customers; customer roles see only their own."""
 
     model = Customer
+    route = "customers"
+    route_basename = "customer"
     serializer_class = CustomerSerializer
     http_method_names = ["get", "post", "head", "options"]
 
@@ -43,77 +46,85 @@ class CustomerViewSet(TenantScopedViewSet):
         return [HasPrincipal()]
 
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        shape = CustomerCreateSerializer(data=request.data)
-        shape.is_valid(raise_exception=True)
-        customer = services.do_create_customer(self.principal, **shape.validated_data)
+        data = self.validated(CustomerCreateSerializer)
+        customer = services.do_create_customer(self.principal, **data)
         return Response(CustomerSerializer(customer).data, status=status.HTTP_201_CREATED)
 
 
-class ApiTokenViewSet(TenantScopedViewSet):
-    """API tokens: create (the plaintext is in this one response only), list, revoke.
+class _TokenViewSet(TenantScopedViewSet):
+    """Tokens: create (the plaintext is in this one response only), list, revoke."""
 
-    Customer principals see and manage their own customer's tokens only.
-    """
-
-    model = ApiToken
-    serializer_class = ApiTokenSerializer
-    permission_classes = [HasPrincipal]
     http_method_names = ["get", "post", "head", "options"]
+    create_shape: ClassVar[type[Serializer[Any]]]
+
+    def issue(self, data: dict[str, Any]) -> tuple[HashedToken, str]:
+        raise NotImplementedError
+
+    def revoke_token(self, pk: int) -> HashedToken:
+        raise NotImplementedError
 
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        shape = ApiTokenCreateSerializer(data=request.data)
-        shape.is_valid(raise_exception=True)
-        data = shape.validated_data
-        token, plaintext = services.do_create_api_token(
+        token, plaintext = self.issue(self.validated(self.create_shape))
+        body = {**self.get_serializer_class()(token).data, "token": plaintext}
+        return Response(body, status=status.HTTP_201_CREATED)
+
+    @action(detail=True, methods=["post"])
+    def revoke(self, request: Request, pk: str | None = None) -> Response:
+        token = self.revoke_token(int(self.get_object().pk))
+        return Response(self.get_serializer_class()(token).data)
+
+
+class ApiTokenViewSet(_TokenViewSet):
+    """API tokens. Customer principals see and manage their own customer's tokens only."""
+
+    model = ApiToken
+    route = "api-tokens"
+    route_basename = "api-token"
+    serializer_class = ApiTokenSerializer
+    create_shape = ApiTokenCreateSerializer
+    permission_classes = [HasPrincipal]
+
+    def issue(self, data: dict[str, Any]) -> tuple[HashedToken, str]:
+        return services.do_create_api_token(
             self.principal,
             name=data["name"],
             scope=data["scope"],
             customer_id=data["customer"],
             expires_at=data["expires_at"],
         )
-        body = {**ApiTokenSerializer(token).data, "token": plaintext}
-        return Response(body, status=status.HTTP_201_CREATED)
 
-    @action(detail=True, methods=["post"])
-    def revoke(self, request: Request, pk: str | None = None) -> Response:
-        token = services.do_revoke_api_token(self.principal, int(self.get_object().pk))
-        return Response(ApiTokenSerializer(token).data)
+    def revoke_token(self, pk: int) -> HashedToken:
+        return services.do_revoke_api_token(self.principal, pk)
 
 
-class AgentTokenViewSet(TenantScopedViewSet):
+class AgentTokenViewSet(_TokenViewSet):
     """Agent tokens for node agents: operator admins only."""
 
     model = AgentToken
+    route = "agent-tokens"
+    route_basename = "agent-token"
     serializer_class = AgentTokenSerializer
+    create_shape = AgentTokenCreateSerializer
     permission_classes = [IsOperatorAdminPrincipal]
-    http_method_names = ["get", "post", "head", "options"]
 
-    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        shape = AgentTokenCreateSerializer(data=request.data)
-        shape.is_valid(raise_exception=True)
-        token, plaintext = services.do_create_agent_token(
-            self.principal, name=shape.validated_data["name"]
-        )
-        body = {**AgentTokenSerializer(token).data, "token": plaintext}
-        return Response(body, status=status.HTTP_201_CREATED)
+    def issue(self, data: dict[str, Any]) -> tuple[HashedToken, str]:
+        return services.do_create_agent_token(self.principal, name=data["name"])
 
-    @action(detail=True, methods=["post"])
-    def revoke(self, request: Request, pk: str | None = None) -> Response:
-        token = services.do_revoke_agent_token(self.principal, int(self.get_object().pk))
-        return Response(AgentTokenSerializer(token).data)
+    def revoke_token(self, pk: int) -> HashedToken:
+        return services.do_revoke_agent_token(self.principal, pk)
 
 
 class JobMappingRuleViewSet(TenantScopedViewSet):
     """Job-to-customer mapping rules: operator admins only."""
 
     model = JobMappingRule
+    route = "job-mapping-rules"
+    route_basename = "job-mapping-rule"
     serializer_class = JobMappingRuleSerializer
     permission_classes = [IsOperatorAdminPrincipal]
 
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        shape = JobMappingRuleWriteSerializer(data=request.data)
-        shape.is_valid(raise_exception=True)
-        data = shape.validated_data
+        data = self.validated(JobMappingRuleWriteSerializer)
         rule = services.do_create_mapping_rule(
             self.principal,
             match_field=data["match_field"],
@@ -126,9 +137,7 @@ class JobMappingRuleViewSet(TenantScopedViewSet):
     def update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         partial = bool(kwargs.get("partial", False))
         rule = self.get_object()
-        shape = JobMappingRuleWriteSerializer(data=request.data, partial=partial)
-        shape.is_valid(raise_exception=True)
-        changes = dict(shape.validated_data)
+        changes = dict(self.validated(JobMappingRuleWriteSerializer, partial=partial))
         if "customer" in changes:
             changes["customer_id"] = changes.pop("customer")
         rule = services.do_update_mapping_rule(self.principal, int(rule.pk), **changes)
