@@ -21,6 +21,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "run": ("agent.commands.run", "run the node agent (collect, key, ship to ingest)"),
     "record": ("agent.commands.record", "run the agent and write what it collects as a trace"),
     "bench": ("agent.commands.bench", "measure the agent's cost (--ebpf: uprobe ns per call)"),
+    "gpu-smoke": ("agent.commands.gpu_smoke", "smoke-check the agent on this node's real GPU"),
 }
 
 
