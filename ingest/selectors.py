@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import psycopg
 from django.db import connection
 from django.db.models import Q, TextField
 from django.db.models.functions import Cast
@@ -62,8 +63,6 @@ def _raw_fetchall(sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
     being spliced into the SQL text client-side.
     """
     if connection.vendor == "postgresql":
-        import psycopg
-
         connection.ensure_connection()
         with psycopg.Cursor(connection.connection) as raw:
             raw.execute(sql, params)

@@ -22,7 +22,7 @@ import numpy as np
 from django.db import connection, transaction
 from django.db.models import Max, Q
 
-from ingest import blocks, signals
+from ingest import blocks, selectors, signals
 from ingest.models import (
     BatchReceipt,
     Event,
@@ -37,9 +37,16 @@ from ingest.models import (
     SeriesRollup,
 )
 from ingest.processing import DecodedBatch, SeriesKey
-from ingest.storage import MAX_BLOCK_SPAN_MS, BlockRow, write_blocks
+from ingest.storage import (
+    BLOCK_TABLE,
+    MAX_BLOCK_SPAN_MS,
+    BlockRow,
+    read_block_payloads,
+    write_blocks,
+)
 from tenants import services as tenant_services
 from tenants.context import system_context, tenant_context
+from tenants.models import Operator
 
 HOUR_MS = 3_600_000
 TERMINAL_STATES = {JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED}
@@ -71,8 +78,6 @@ _node_seen: dict[int, float] = {}
 
 def clear_caches() -> None:
     """Forget cached ids (tests: a rolled-back SQLite transaction can hand an id out again)."""
-    from ingest import selectors
-
     with _cache_lock:
         _series_ids.clear()
         _node_ids.clear()
@@ -565,8 +570,6 @@ def _end_job_when_every_rank_exited(job_pk: int) -> None:
 def build_rollups(operator_id: int, hour_start_ms: int) -> int:
     """(Re)compute the hourly rollup of every series of the operator for one hour; returns the
     number of rollup rows written. Idempotent: late data is picked up by running it again."""
-    from ingest.storage import BLOCK_TABLE
-
     hour_start_ms -= hour_start_ms % HOUR_MS
     hour_end_ms = hour_start_ms + HOUR_MS
     written = 0
@@ -585,8 +588,6 @@ def build_rollups(operator_id: int, hour_start_ms: int) -> int:
 
 
 def _rollup_node(operator_id: int, node_id: int, lo: int, hi: int) -> int:
-    from ingest.storage import read_block_payloads
-
     decoded = [blocks.decode(p) for p in read_block_payloads(operator_id, [node_id], lo, hi - 1)]
     if not decoded:
         return 0
@@ -630,8 +631,6 @@ def _rollup_node(operator_id: int, node_id: int, lo: int, hi: int) -> int:
 
 def rollup_recent_hours(hours: int = 3, now: datetime | None = None) -> int:
     """Roll up the last `hours` hours (the current one included) for every operator."""
-    from tenants.models import Operator
-
     now = now or datetime.now(UTC)
     with system_context():
         operator_ids = list(Operator.objects.values_list("id", flat=True))
