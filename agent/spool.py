@@ -1,4 +1,4 @@
-"""A bounded on-disk spool of opaque batches, for the durable transport (DESIGN §2, issue 5).
+"""A bounded on-disk spool of opaque batches for the durable transport (docs/design.md §2, issue 5).
 
 The transport appends each encoded batch before sending it and acknowledges it when ingest has
 acked it; what is not yet acked survives agent restarts and ingest outages of hours.

@@ -1,4 +1,4 @@
-"""The signal vocabulary of DESIGN.md §3–§4 (normative names), as constants.
+"""The signal vocabulary of docs/design.md §3–§4 (normative names), as constants.
 
 Every other module refers to these constants, never to string literals. Names not listed here
 are carried through untouched (`spec_for()` returns None for them); they are never rejected.
@@ -34,7 +34,7 @@ class SignalSpec:
     description: str
 
 
-# --- Identity (DESIGN §3) --------------------------------------------------------------------
+# --- Identity (docs/design.md §3) ------------------------------------------------------------
 NODE = "node"
 GPU = "gpu"
 GPU_INDEX = "gpu_index"
@@ -81,7 +81,8 @@ DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS = "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_RO
 DCGM_FI_DEV_ROW_REMAP_FAILURE = "DCGM_FI_DEV_ROW_REMAP_FAILURE"
 DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL = "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL"
 DCGM_FI_DEV_PCIE_REPLAY_COUNTER = "DCGM_FI_DEV_PCIE_REPLAY_COUNTER"
-# Extensions (DCGM names of quantities the NVML/DCGM collectors also read; DESIGN §4 allows new names).
+# Extensions (DCGM names of quantities the NVML/DCGM collectors also read; docs/design.md §4
+# allows new names).
 DCGM_FI_DEV_ECC_SBE_AGG_TOTAL = "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL"
 DCGM_FI_DEV_ECC_DBE_AGG_TOTAL = "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL"
 DCGM_FI_DEV_ROW_REMAP_PENDING = "DCGM_FI_DEV_ROW_REMAP_PENDING"
@@ -90,7 +91,7 @@ DCGM_FI_PROF_PCIE_RX_BYTES = "DCGM_FI_PROF_PCIE_RX_BYTES"
 DCGM_FI_PROF_NVLINK_TX_BYTES = "DCGM_FI_PROF_NVLINK_TX_BYTES"
 DCGM_FI_PROF_NVLINK_RX_BYTES = "DCGM_FI_PROF_NVLINK_RX_BYTES"
 
-# Throttle-reason bits of DCGM_FI_DEV_CLOCK_THROTTLE_REASONS (DESIGN §4).
+# Throttle-reason bits of DCGM_FI_DEV_CLOCK_THROTTLE_REASONS (docs/design.md §4).
 THROTTLE_SW_POWER_CAP = 0x4
 THROTTLE_HW_SLOWDOWN = 0x8
 THROTTLE_SW_THERMAL = 0x20

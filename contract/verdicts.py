@@ -2,7 +2,7 @@
 truth they are scored against (the simulator) and whoever serves them (the API).
 
 `verdict_schema.json` beside this module is the normative JSON Schema of one verdict
-(docs/design.md, "Verdict JSON"); `subject()` builds the `subject` object every verdict and
+(docs/design.md §7, "Verdict JSON"); `subject()` builds the `subject` object every verdict and
 every scenario's ground truth carries.
 """
 

@@ -5,7 +5,7 @@ in-memory `TraceStore` (the same read interface as ingest's selectors); every jo
 `JobWindow` over its life and every GPU a fleet-health `GpuWindow` over the trace.
 
 Output says what was seen as well as what was found, so "no verdict" is told apart from "saw
-nothing": `--json` prints {"verdicts": [...], "jobs": [...]} — DESIGN §7's verdicts, and one
+nothing": `--json` prints {"verdicts": [...], "jobs": [...]} — docs/design.md §7's verdicts, and one
 summary per job seen (docs/verdicts.md, "proof analyze"): its id, kind, state and exit code,
 nodes, ranks, the training steps and the time span seen, and its verdicts' families. Human
 output: one line per job, then one block per verdict with its evidence table. Progress and

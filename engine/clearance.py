@@ -5,7 +5,7 @@ uncorrectable, failure), throttle time, NVLink CRC and PCIe replay counters over
 and IB error counters over its nodes, become evidence entries (observed = the delta, baseline =
 the pre-existing value at the window's start) and `cleared` entries: `clear` when nothing moved,
 `implicated` when something did. A pre-existing counter that stays flat clears the hardware
-(DESIGN §1, case 4): the dispute evidence an operator shows a customer.
+(docs/design.md §1, case 4): the dispute evidence an operator shows a customer.
 """
 
 from __future__ import annotations

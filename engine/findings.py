@@ -1,4 +1,4 @@
-"""What a detector returns: a `Finding` with its `Evidence` (DESIGN §7 evidence objects).
+"""What a detector returns: a `Finding` with its `Evidence` (docs/design.md §7 evidence objects).
 
 Evidence ids ("e1", "e2", …) are given as evidence is added, so a detector can cite them in
 its summary and explanation ("… rank 5 was slowest in 92% of steps [e1]"); the verdict builder

@@ -1,4 +1,4 @@
-"""Findings → verdicts, the normative JSON of DESIGN §7 (contract/verdict_schema.json).
+"""Findings → verdicts, the normative JSON of docs/design.md §7 (contract/verdict_schema.json).
 
     verdicts = build_verdicts(run_detectors(window), window)
     fleet = build_verdicts(run_fleet_health(gpu_window), None)

@@ -130,7 +130,7 @@ class Process(TenantOwned):
 
 
 class Series(TenantOwned):
-    """One time series: a signal name with its identity keys and labels (DESIGN §3–4).
+    """One time series: a signal name with its identity keys and labels (docs/design.md §3–4).
 
     `key_hash` digests the whole identity so that the catalog lookup is one indexed equality.
     `step` is deliberately not part of a series' identity (it changes every iteration).

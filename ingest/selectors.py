@@ -33,7 +33,7 @@ from ingest.models import Event, Gpu, Job, JobRank, LogLine, Node, Process, Seri
 from ingest.storage import read_block_payloads
 from tenants.context import tenant_context
 
-# The cumulative hardware counters of DESIGN §4 (GPU scope) that long-range reads ask for.
+# The cumulative hardware counters of docs/design.md §4 (GPU scope) that long-range reads ask for.
 GPU_COUNTERS: tuple[str, ...] = (
     signals.DCGM_FI_DEV_ECC_SBE_VOL_TOTAL,
     signals.DCGM_FI_DEV_ECC_DBE_VOL_TOTAL,

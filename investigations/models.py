@@ -1,7 +1,7 @@
-"""Incidents and their verdicts (DESIGN §7), the live pipeline's bookkeeping, list prices.
+"""Incidents and their verdicts (docs/design.md §7), the live pipeline's bookkeeping, list prices.
 
 - `Incident`: one per (job, family) — or per GPU for `gpu_degrading` — while it is open. It
-  holds the current verdict (the DESIGN §7 JSON) plus indexed copies of the fields queries
+  holds the current verdict (the docs/design.md §7 JSON) plus indexed copies of the fields queries
   filter on (family, category, confidence, subject). Every material change of the verdict is
   kept as a `VerdictRevision`.
 - `NotificationLog`: one row per notification fired; its unique key is what makes the

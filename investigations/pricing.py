@@ -1,4 +1,4 @@
-"""The real price (DESIGN §1): productive share and effective price per productive GPU-hour.
+"""The real price (docs/design.md §1): productive share and effective price per productive GPU-hour.
 
 Per GPU of a job, per sample interval dt (docs/pricing.md has a worked example):
 

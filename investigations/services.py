@@ -364,7 +364,7 @@ def merge_verdicts(
     gpu: str | None = None,
     ended: bool = False,
 ) -> MergeResult:
-    """Merge one evaluation's verdicts (DESIGN §7 dicts) into the scope's incidents.
+    """Merge one evaluation's verdicts (docs/design.md §7 dicts) into the scope's incidents.
 
     Scope: a job (`job_pk`; one incident per family) or a GPU (`gpu`; `gpu_degrading`).
     Runs in the caller's tenant transaction. Per family: no open incident → create one (and

@@ -1,4 +1,4 @@
-"""Simulated GPU hardware and the jobs running on it (DESIGN §1, §3–§6).
+"""Simulated GPU hardware and the jobs running on it (docs/design.md §1, §3–§6).
 
     run = simulate("slow_rank", seed=7, duration_s=1800)
     run.meta["truth"]      # {"family": "slow_rank", "category": ..., "subject": {...}, "onset": ts}

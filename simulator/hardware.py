@@ -3,8 +3,8 @@
 Input: per-GPU activity over time (one column per sample interval, default 1 s) — the fraction
 of the interval the graphics engine was busy, SM active / occupancy, tensor-pipe and DRAM
 activity (DCGM profiling ratios, 0–1) and framebuffer used — plus a `GpuFaults` describing
-what is wrong with each GPU and when. Output: every GPU-scope signal of DESIGN §4 as arrays of
-shape (n_gpus, n_samples), physically tied together:
+what is wrong with each GPU and when. Output: every GPU-scope signal of docs/design.md §4 as
+arrays of shape (n_gpus, n_samples), physically tied together:
 
 - power = idle + context overhead + (TDP − idle) · demand · k², where demand is a weighted
   sum of the activity ratios and k the clock ratio; when that would exceed the power limit
@@ -274,7 +274,7 @@ def simulate_gpus(
     env: GpuEnvironment | None = None,
     interval_s: float = 1.0,
 ) -> dict[str, np.ndarray]:
-    """Every GPU-scope signal of DESIGN §4, shape (n_gpus, n_samples).
+    """Every GPU-scope signal of docs/design.md §4, shape (n_gpus, n_samples).
 
     Float arrays for gauges; int64 arrays for counters, clocks, temperatures, bitmask, PCIe,
     utilisation and FB. Samples at and after `faults.lost_from[g]` are NaN in the float arrays

@@ -2,8 +2,8 @@
 simulated traffic, written as the trace the agent would record.
 
     healthy_inference      well-utilised endpoint — the healthy control (no verdict)
-    underfilled_batches    DESIGN §1 case 3: meets its SLA with ~10% of batch slots in use, KV
-                           cache mostly free, long RAG prompts, prefix caching off
+    underfilled_batches    docs/design.md §1 case 3: meets its SLA with ~10% of batch slots in
+                           use, KV cache mostly free, long RAG prompts, prefix caching off
     saturated_inference    the twin: slots full, queue growing, KV cache near full — overloaded,
                            not underfilled (no §6 family, so truth family is null)
 
@@ -123,7 +123,7 @@ def build_inference(ctx: ScenarioContext, kind: str) -> SimRun:
         if kind == "saturated":
             truth["detail"]["note"] = (
                 "overloaded endpoint (slots full, queue growing, KV cache near full): saturation "
-                "is not a DESIGN §6 family; no underfilled_batches verdict is expected"
+                "is not a docs/design.md §6 family; no underfilled_batches verdict is expected"
             )
     meta: dict[str, Any] = {
         "source": "proof-sim",
@@ -481,7 +481,7 @@ def build_healthy(ctx: ScenarioContext) -> SimRun:
     kind="inference",
     family=FAMILY_UNDERFILLED,
     description="vLLM endpoint meets its SLA with ~10% of batch slots in use, KV cache mostly "
-    "free, long RAG prompts so prefill dominates, prefix caching off (DESIGN case 3)",
+    "free, long RAG prompts so prefill dominates, prefix caching off (docs/design.md §1, case 3)",
 )
 def build_underfilled(ctx: ScenarioContext) -> SimRun:
     return build_inference(ctx, "underfilled")

@@ -1,7 +1,7 @@
 """Training stdout in the real line shapes of Megatron-LM, Hugging Face Trainer, torchtitan and
-nanoGPT (copied from `../shared/fixtures/real/training/`), plus the NCCL watchdog and CUDA
-error text a failing rank prints (`../shared/fixtures/real/nccl/`) and NVRM XID kernel lines
-(`../shared/fixtures/real/xid/`).
+nanoGPT (the real samples in `agent/tests/data/training/`), plus the NCCL watchdog and CUDA
+error text a failing rank prints (`agent/tests/data/nccl/`) and NVRM XID kernel lines
+(`agent/tests/data/xid/`; provenance of all three in `agent/tests/data/SOURCES.md`).
 
 A formatter turns one logged step into the line(s) its framework prints; the trace carries the
 lines verbatim as `log` records, so detectors must parse them as they would on a real cluster.

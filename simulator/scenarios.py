@@ -24,7 +24,7 @@ _BUILTIN_MODULES = ("simulator.training_scenarios", "simulator.inference")
 class ScenarioInfo:
     name: str
     kind: str  # "training" | "inference"
-    family: str | None  # DESIGN §6 family, None for a healthy control
+    family: str | None  # docs/design.md §6 family, None for a healthy control
     description: str
 
 

@@ -1,4 +1,4 @@
-"""Training scenarios: a healthy control (several flavours) and one per DESIGN §6 family.
+"""Training scenarios: a healthy control (several flavours) and one per docs/design.md §6 family.
 
 Every builder randomises from the scenario RNG (world size, step time, onset, log format, which
 rank/GPU/node/port is at fault, the cause of a slow rank, …) and records the ground truth in

@@ -36,7 +36,7 @@ DEFAULT_BINDINGS_PATHS: tuple[str, ...] = (
     "/usr/local/dcgm/bindings/python3",
     "/usr/share/datacenter-gpu-manager-4/bindings/python3",
 )
-# DCGM field ids (dcgm_fields.py) → DESIGN §4 names.
+# DCGM field ids (dcgm_fields.py) → docs/design.md §4 names.
 PROFILING_FIELDS: dict[int, str] = {
     1001: signals.DCGM_FI_PROF_GR_ENGINE_ACTIVE,
     1002: signals.DCGM_FI_PROF_SM_ACTIVE,

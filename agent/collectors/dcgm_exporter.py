@@ -1,5 +1,5 @@
 """dcgm-exporter as a source: scrape an existing exporter's `/metrics` and map its series to
-the DESIGN §4 GPU vocabulary with DESIGN §3 identity.
+the docs/design.md §4 GPU vocabulary with docs/design.md §3 identity.
 
 dcgm-exporter already uses the DCGM field names, so names pass through (with the one rename
 below); what this collector adds is identity: `UUID` -> `gpu`, `gpu` -> `gpu_index`,

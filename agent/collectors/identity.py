@@ -1,4 +1,4 @@
-"""Identity at collection time (DESIGN §3): PID → job, rank, local rank, world size, GPU.
+"""Identity at collection time (docs/design.md §3): PID → job, rank, local rank, world size, GPU.
 
 For each process that uses a GPU (the PID → GPU map comes from NVML), the collector reads
 `<proc_root>/<pid>/environ` once — Slurm (`SLURM_JOB_ID`, `SLURM_PROCID`, …), torchrun /
@@ -125,7 +125,7 @@ class ProcessIdentity:
     gpus: tuple[GpuRef, ...] = ()
 
     def keys(self) -> dict[str, Any]:
-        """The identity keys (DESIGN §3) to stamp on this process's records."""
+        """The identity keys (docs/design.md §3) to stamp on this process's records."""
         out: dict[str, Any] = {signals.PID: self.pid}
         if self.job is not None:
             out[signals.JOB] = self.job

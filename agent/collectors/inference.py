@@ -1,5 +1,5 @@
 """Inference servers on the node: vLLM, SGLang and TGI, discovered from their command lines
-(or configured), scraped over their Prometheus endpoints, mapped to DESIGN §4.
+(or configured), scraped over their Prometheus endpoints, mapped to docs/design.md §4.
 
 Discovery reads `<proc>/<pid>/cmdline`:
   vLLM    `vllm serve MODEL`, `python -m vllm.entrypoints.openai.api_server` (port 8000)
@@ -280,7 +280,7 @@ def detect_server(scrape: Scrape) -> str | None:
 def map_scrape(
     scrape: Scrape, srv: InferenceServer, now: float, ident: dict[str, Any] | None = None
 ) -> list[Record]:
-    """A server's scrape as sample records named per DESIGN §4."""
+    """A server's scrape as sample records named per docs/design.md §4."""
     kind = srv.server if srv.server != AUTO else detect_server(scrape)
     if kind is None:
         return []

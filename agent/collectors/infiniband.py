@@ -3,7 +3,7 @@
 
 Every counter is cumulative and reported as read (detectors take deltas), one sample per
 counter with `labels.device`, `labels.port` and `labels.link_layer` (InfiniBand / Ethernet,
-i.e. RoCE). The DESIGN §4 counters use their normative names (`ib.port_xmit_data`, …); every
+i.e. RoCE). The docs/design.md §4 counters use their normative names (`ib.port_xmit_data`, …); every
 other file in `counters/` and `hw_counters/` is reported as `ib.<file name>`
 (e.g. `ib.out_of_buffer`, `ib.roce_adp_retrans`) unless `all_counters=False`.
 

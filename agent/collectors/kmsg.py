@@ -1,5 +1,5 @@
-"""NVIDIA XIDs from the kernel log → `xid` events (DESIGN §5: `value` = XID code, `text` = the
-kernel line).
+"""NVIDIA XIDs from the kernel log → `xid` events (docs/design.md §5: `value` = XID code,
+`text` = the kernel line).
 
 Reads `/dev/kmsg` (one record per read, non-blocking; records overwritten before we read them
 are skipped, EPIPE) or, with `kmsg_path` pointing at a file, any kernel-log text (dmesg output,

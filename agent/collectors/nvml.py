@@ -1,8 +1,8 @@
-"""NVML collector: the GPU vocabulary of DESIGN §4 per GPU, XID events, and PID → GPU.
+"""NVML collector: the GPU vocabulary of docs/design.md §4 per GPU, XID events, and PID → GPU.
 
 The `pynvml` module (nvidia-ml-py) is a constructor argument: the real module on a GPU node,
 `agent.collectors.nvml_sim.SimulatedNvml` in tests and demos. Readings carry the DCGM name of
-the same quantity (DESIGN §4) and the identity `node`, `gpu` (UUID), `gpu_index`.
+the same quantity (docs/design.md §4) and the identity `node`, `gpu` (UUID), `gpu_index`.
 
 Failure handling, per GPU and per reading:
 - `NVMLError_NotSupported` (and other errors that cannot change while the driver is loaded:
@@ -309,8 +309,8 @@ class NvmlCollector:
         )
         if dbe_vol is not None:
             dbe = int(dbe_vol)
-            # A rise in the volatile DBE count is an event in its own right (DESIGN §5 ecc_dbe),
-            # so the detectors see it even between counter deltas.
+            # A rise in the volatile DBE count is an event in its own right (`ecc_dbe`,
+            # docs/design.md §5), so the detectors see it even between counter deltas.
             if gpu.last_dbe_volatile is not None and dbe > gpu.last_dbe_volatile:
                 out.append(
                     self._event(

@@ -1,7 +1,7 @@
 """Slurm job metadata: `scontrol show job` and `sacct --parsable2` output → trace `job` records.
 
 The command runner is a constructor argument (`run(argv) -> stdout`), so tests feed real
-captured output (`../shared/fixtures/real/slurm/`) and a node without Slurm simply has no
+captured output (`agent/tests/data/slurm/`) and a node without Slurm simply has no
 `scontrol` on its PATH: `SlurmJobs.available` is False and nothing is asked.
 """
 
@@ -18,7 +18,8 @@ log = logging.getLogger(__name__)
 
 Runner = Callable[[list[str]], str]
 
-# Slurm job states → DESIGN §5 `state` words; the raw state is kept in config["slurm_state"].
+# Slurm job states → the `state` words of docs/design.md §5; the raw state is kept in
+# config["slurm_state"].
 _STATE = {
     "RUNNING": "running",
     "COMPLETING": "running",

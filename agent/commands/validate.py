@@ -1,4 +1,4 @@
-"""`proof-agent validate TRACE`: check a trace against format v1 (DESIGN §5).
+"""`proof-agent validate TRACE`: check a trace against format v1 (docs/design.md §5).
 
 Prints the meta line, the count of records per type and every problem with its line number;
 exits 1 when there is any problem, 0 otherwise. A record that breaks a limit of contract/limits.py

@@ -58,7 +58,7 @@ MEMCPY_KINDS: dict[Call, str] = {
     Call.MEMCPY_ANY: "any",
     Call.MEMCPY_PEER: "peer",
 }
-# labels.op of the nccl.* series (DESIGN §4 names, contract.signals.NCCL_OPS)
+# labels.op of the nccl.* series (docs/design.md §4 names, contract.signals.NCCL_OPS)
 NCCL_OP_LABELS: dict[Call, str] = dict(
     zip(
         (

@@ -8,7 +8,7 @@
    then reads and deletes the half they wrote during the interval — a read-and-clear that
    never races the probes' own increments;
 3. turns the per-process aggregates into trace-v1 samples keyed by `pid` (and `node`): the
-   DESIGN §4 process series `cuda.launches`, `cuda.launch_gap_max_ms`, `cuda.sync_ms`,
+   docs/design.md §4 process series `cuda.launches`, `cuda.launch_gap_max_ms`, `cuda.sync_ms`,
    `nccl.calls`, `nccl.bytes` (`labels.op`), plus the extensions documented in docs/ebpf.md.
    The identity join (pid → job, rank, gpu) happens downstream.
 

@@ -1,4 +1,4 @@
-"""Identity at collection time (DESIGN §3): key every record before it leaves the agent.
+"""Identity at collection time (docs/design.md §3): key every record before it leaves the agent.
 
 Collectors know only what their source knows: eBPF knows a pid, NVML a GPU, a log tail a pid.
 `process` records (from NVML's running-process list joined with /proc/<pid>/environ, or the

@@ -1,5 +1,5 @@
 """The training-log parsers against every real log in tests/data/training and tests/data/nccl
-(copied from ../shared/fixtures/real/, provenance in its SOURCES.md)."""
+(provenance in agent/tests/data/SOURCES.md)."""
 
 import gzip
 import json

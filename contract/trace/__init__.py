@@ -1,4 +1,4 @@
-"""Trace format v1 (DESIGN §5): typed records, a streaming writer and a streaming reader.
+"""Trace format v1 (docs/design.md §5): typed records, a streaming writer and a streaming reader.
 
 with TraceWriter("run.jsonl.gz", {"source": "sim"}, truth={...}) as w:
     w.write(Sample(ts=t, name=signals.DCGM_FI_DEV_POWER_USAGE, value=312.5, node="n1"))

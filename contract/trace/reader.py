@@ -1,4 +1,4 @@
-"""Streaming trace reader and validator (DESIGN §5).
+"""Streaming trace reader and validator (docs/design.md §5).
 
 Reads plain or gzip traces (detected by the gzip magic bytes, not the file name) one line at a
 time, so memory stays constant whatever the trace's size. Every line is checked against the v1

@@ -1,4 +1,4 @@
-"""Trace records (DESIGN §5): typed, compact record classes and the per-line validation rules.
+"""Trace records (docs/design.md §5): typed, compact record classes and per-line validation rules.
 
 Records are slotted dataclasses because they are the agent's hot path (one per reading, ~850 a
 second per node); every field past the type's required keys defaults to None and is omitted
@@ -35,7 +35,8 @@ RECORD_TYPES: tuple[str, ...] = (
     TYPE_JOB,
 )
 
-# Identity keys and their JSON types (DESIGN §3). `job` is a string even for numeric Slurm ids.
+# Identity keys and their JSON types (docs/design.md §3). `job` is a string even for numeric
+# Slurm ids.
 IDENTITY_TYPES: dict[str, type] = {
     signals.NODE: str,
     signals.GPU: str,
@@ -54,7 +55,7 @@ _STR = "a string"
 _OBJ = "an object"
 _STR_OR_LIST = "a string or a list of strings"
 
-# type -> ((required key, kind), ...) beyond `type` itself (DESIGN §5 table).
+# type -> ((required key, kind), ...) beyond `type` itself (docs/design.md §5 table).
 REQUIRED_KEYS: dict[str, tuple[tuple[str, str], ...]] = {
     TYPE_SAMPLE: (("ts", _NUM), ("name", _STR), ("value", _NUM)),
     TYPE_EVENT: (("ts", _NUM), ("name", _STR)),

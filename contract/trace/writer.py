@@ -1,4 +1,4 @@
-"""Streaming trace writer (DESIGN §5): JSON Lines, gzip when the path ends in `.gz`.
+"""Streaming trace writer (docs/design.md §5): JSON Lines, gzip when the path ends in `.gz`.
 
 Two ways in:
 - `write(record)` for one typed record or dict (validated; ~2-4 µs each);

@@ -263,7 +263,7 @@ class BatchBuilder:
         elif rtype == "job":
             self._add_job(ts_us, rec)
         else:
-            return  # unknown record types are ignored, never an error (DESIGN §5)
+            return  # unknown record types are ignored, never an error (docs/design.md §5)
         self.records += 1
         self.record_bytes += 48  # timestamps, identity and field tags
 

@@ -1,4 +1,4 @@
-"""Detectors: one plain function per DESIGN §6 family, `JobWindow -> list[Finding]` (or
+"""Detectors: one plain function per docs/design.md §6 family, `JobWindow -> list[Finding]` (or
 `GpuWindow` for fleet health). docs/detectors.md describes each and its thresholds.
 
     findings = run_detectors(window)          # every job family, conflicts resolved

@@ -59,7 +59,7 @@ class IncidentViewSet(TenantScopedReadOnlyViewSet):
 
 
 class VerdictViewSet(TenantScopedReadOnlyViewSet):
-    """The current verdict of each incident, exactly the DESIGN §7 object (same filters)."""
+    """The current verdict of each incident, exactly the docs/design.md §7 object (same filters)."""
 
     model = Incident
     route = "verdicts"

@@ -153,7 +153,7 @@ def verdict(
     title: str | None = None,
     gpu: str | None = None,
 ) -> dict[str, Any]:
-    """A DESIGN §7 verdict object, for merge tests that need exact control of each field."""
+    """A docs/design.md §7 verdict object, for merge tests that need exact control of each field."""
     return {
         "id": "v-test",
         "family": family,

@@ -44,7 +44,7 @@ def test_reference_case_gets_a_verdict_and_live_matches_offline(
     live: dict[str, set[str]] = {}
     for i in incidents:
         live.setdefault(i.job.job_id, set()).add(i.family)
-    # The reference case is found live, with the category DESIGN §6 gives it...
+    # The reference case is found live, with the category docs/design.md §6 gives it...
     assert [(i.family, i.category) for i in incidents if i.job_id == imbalance] == [
         ("sequence_imbalance", "job")
     ]

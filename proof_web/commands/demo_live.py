@@ -30,7 +30,7 @@ from typing import Any, TextIO
 
 log = logging.getLogger(__name__)
 
-# DESIGN §1's four reference cases, then the healthy control (seeds checked to show each).
+# docs/design.md §1's four reference cases, then the healthy control (seeds checked to show each).
 REFERENCE_SCENARIOS: tuple[str, ...] = (
     "sequence_imbalance",
     "checkpoint_stall",

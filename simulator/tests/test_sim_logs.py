@@ -1,5 +1,5 @@
-"""Simulated log lines have exactly the shape of real ones (fixtures copied from
-../shared/fixtures/real/ into tests/data/): same text, same fields, same order; only numbers,
+"""Simulated log lines have exactly the shape of real ones (real samples copied
+into tests/data/, provenance in agent/tests/data/SOURCES.md): same text, same fields, same order; only numbers,
 dates, paths and op names differ."""
 
 from __future__ import annotations

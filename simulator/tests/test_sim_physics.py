@@ -1,5 +1,5 @@
 """Physical consistency of simulated training: the signals agree with the step timeline and with
-each other, and each scenario shows the signature its family is defined by (DESIGN §6)."""
+each other, and each scenario shows the signature its family is defined by (docs/design.md §6)."""
 
 from __future__ import annotations
 
