@@ -1,7 +1,7 @@
 """The agent runtime's interfaces: records, collectors, sinks and clocks.
 
-Records in the runtime are plain trace dicts (docs/design.md §5 objects: `{"type": "sample",
-"ts": …, "name": …, "value": …, "node": …}`). That is deliberate for the hot path: a small dict is the
+Records in the runtime are plain trace dicts (docs/design.md §5: `{"type": "sample", "ts": …,
+"name": …, "value": …, "node": …}`). That is deliberate for the hot path: a small dict is the
 cheapest object CPython builds (cheaper than a slotted dataclass's `__init__`), collectors and
 the simulator already speak it, the trace writer and the gRPC encoder consume it without a
 conversion, and it carries unknown keys for free. `contract.trace.from_dict` turns one into a typed

@@ -1,6 +1,6 @@
-"""Simulated log lines have exactly the shape of real ones (real samples copied
-into tests/data/, provenance in agent/tests/data/SOURCES.md): same text, same fields, same order; only numbers,
-dates, paths and op names differ."""
+"""Simulated log lines have exactly the shape of real ones (real samples copied into
+tests/data/, provenance in agent/tests/data/SOURCES.md): same text, same fields, same order;
+only numbers, dates, paths and op names differ."""
 
 from __future__ import annotations
 
