@@ -1,22 +1,24 @@
-"""End to end: `proof-agent run --backend sim --server … --token …` streams a simulated node
-through the real agent runtime, the gRPC transport with its on-disk spool, and the real ingest
-server on loopback, into storage."""
+"""End to end: `proof-agent run --backend sim --server … --token …`, a real agent process,
+streams a simulated node through the agent runtime, the gRPC transport with its on-disk spool,
+and the real ingest server on loopback, into storage."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from django.db import connection
 
-from agent.cli import main as agent_main
+from contract.trace import validate_trace
 from ingest import services
 from ingest.server import IngestServer
 from ingest.storage import BLOCK_TABLE
 from tenants import services as tenant_services
 from tenants.context import tenant_context
 from tenants.testing import make_tenant
+from tests.agentproc import dead_letter, read_spool, run_agent
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -47,39 +49,37 @@ def test_run_streams_a_simulated_node_into_ingest(server: IngestServer, tmp_path
     # No --start-ts: at --speed max the run is placed to end now, inside ingest's time window.
     argv += ["--server", f"127.0.0.1:{server.port}", "--token", token]
     argv += ["--spool-dir", str(spool_dir), "--out", str(trace)]
-    assert agent_main(argv) == 0
-    from contract.trace import validate_trace
-
+    done = run_agent(argv)
+    assert done.returncode == 0, done.stderr
+    intervals = int(re.search(r"agent stopped after (\d+) intervals", done.stdout)[1])
     report = validate_trace(trace)
     assert report.ok and report.counts["sample"] > 100
     # Everything the agent collected (the same records went to the trace) was stored, and the
     # spool holds nothing unacknowledged.
     assert stored_samples(tenant.operator.pk) == report.counts["sample"]
-    from agent.spool import Spool
-
-    spool = Spool(spool_dir / "batches")
+    spool = read_spool(spool_dir)
+    # One batch per interval that collected anything, each acked: nothing left, none refused.
+    assert 20 <= spool.batches <= intervals and spool.acked_through == spool.batches
     assert spool.pending_batches == 0 and spool.dropped_batches == 0
-    spool.close()
+    assert dead_letter(spool_dir) == []
 
 
-def test_run_refuses_a_bad_token_clearly(
-    server: IngestServer, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_run_refuses_a_bad_token_clearly(server: IngestServer) -> None:
     argv = ["run", "--scenario", "healthy_training", "--duration", "5", "--speed", "max"]
     argv += ["--server", f"127.0.0.1:{server.port}", "--token", "not-a-token"]
-    assert agent_main(argv) == 2
-    err = capsys.readouterr().err
+    done = run_agent(argv)
+    assert done.returncode == 2
+    err = done.stderr
     assert "cannot start the transport to 127.0.0.1:" in err and "agent token" in err
 
 
-def test_run_says_when_ingest_rejects_what_it_sent(
-    server: IngestServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_run_says_when_ingest_rejects_what_it_sent(server: IngestServer) -> None:
     tenant = make_tenant("agent-run-old")
     token = tenant_services.do_create_agent_token(tenant.operator.pk, name="agent")[1]
     argv = ["run", "--scenario", "healthy_training", "--nodes", "1", "--gpus-per-node", "1"]
     argv += ["--duration", "5", "--speed", "max", "--start-ts", "1600000000"]  # 2020: too old
     argv += ["--server", f"127.0.0.1:{server.port}", "--token", token]
-    assert agent_main(argv) == 1
-    assert "ingest rejected" in capsys.readouterr().err
+    done = run_agent(argv)
+    assert done.returncode == 1, done.stderr
+    assert "proof-agent run: ingest rejected" in done.stderr
     assert stored_samples(tenant.operator.pk) == 0

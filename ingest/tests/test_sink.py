@@ -1,38 +1,23 @@
-"""The agent's runtime Sink over the real server: records submitted → stored once, spool
-emptied only by acks."""
+"""The agent's runtime sink over the real server, as a `proof-agent run` process: what the
+agent collected is stored once, and its on-disk spool is emptied only by acks."""
 
 from __future__ import annotations
 
-import time
+import re
 from pathlib import Path
 
 import pytest
 from django.db import connection
 
-from agent.spool import Spool
-from agent.transport.sink import make_sink
 from contract import signals
+from contract.trace.reader import TraceReader
 from ingest import selectors, services
 from ingest.server import IngestServer
 from tenants import services as tenant_services
 from tenants.testing import make_tenant
+from tests.agentproc import read_spool, run_agent
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def records(start: float, seconds: int) -> list[dict[str, object]]:
-    return [
-        {
-            "type": "sample",
-            "ts": start + i,
-            "name": signals.DCGM_FI_DEV_GPU_TEMP,
-            "value": 40 + i,
-            "node": "sink-node",
-            "gpu": "GPU-s0",
-            "gpu_index": 0,
-        }
-        for i in range(seconds)
-    ]
 
 
 def test_spooled_sink_delivers_and_empties_its_spool(tmp_path: Path) -> None:
@@ -45,23 +30,40 @@ def test_spooled_sink_delivers_and_empties_its_spool(tmp_path: Path) -> None:
     _, token = tenant_services.do_create_agent_token(tenant.operator.pk, name="sink")
     server = IngestServer("127.0.0.1", 0, writers=1)
     port = server.start()
-    start = float(int(time.time()) - 120)
+    trace, spool_dir = tmp_path / "sent.jsonl", tmp_path / "spool"
     try:
-        sink = make_sink(
-            server=f"127.0.0.1:{port}",
-            token=token,
-            spool_dir=str(tmp_path),
-            meta={"node": "sink-node"},
+        # One simulated GPU for 60 s, collected every 20 s: one batch per interval.
+        done = run_agent(
+            ["run", "--backend", "sim", "--scenario", "healthy_training", "--seed", "3"]
+            + ["--nodes", "1", "--gpus-per-node", "1", "--duration", "60", "--speed", "max"]
+            + ["--interval", "20", "--server", f"127.0.0.1:{port}", "--token", token]
+            + ["--spool-dir", str(spool_dir), "--out", str(trace)]
         )
-        for k in range(3):
-            sink.submit(records(start + 20 * k, 20))
-            sink.flush()
-        sink.close()
     finally:
         server.stop(grace=1)
-    (series,) = selectors.node_series(tenant.operator.pk, "sink-node", start, start + 60)
-    assert len(series.values) == 60
-    assert list(series.values[:3]) == [40.0, 41.0, 42.0]
-    spool = Spool(tmp_path / "batches")
-    assert spool.pending_batches == 0 and spool.acked_through == 3
-    spool.close()
+    assert done.returncode == 0, done.stderr
+    intervals = int(re.search(r"agent stopped after (\d+) intervals", done.stdout)[1])
+    reader = TraceReader(trace)
+    sent = [
+        r for r in reader if r["type"] == "sample" and r["name"] == signals.DCGM_FI_DEV_GPU_TEMP
+    ]
+    assert reader.meta is not None
+    (node,) = reader.meta["nodes"]
+    assert len(sent) == 60
+    start, end = sent[0]["ts"], sent[-1]["ts"]
+    got = selectors.node_series(
+        tenant.operator.pk, node, start, end, names=[signals.DCGM_FI_DEV_GPU_TEMP]
+    )
+    # Every value the agent sent, stored once, under the identity it was sent with (the
+    # identity join keys the GPU to its job's rank once it has seen the process).
+    stored = sorted(
+        (round(float(t), 3), float(v), s.info.job, s.info.pid)
+        for s in got
+        for t, v in zip(s.ts, s.values, strict=True)
+    )
+    assert stored == sorted(
+        (round(r["ts"], 3), float(r["value"]), r.get("job", ""), r.get("pid")) for r in sent
+    )
+    spool = read_spool(spool_dir)
+    assert spool.batches == intervals >= 3  # one batch per interval
+    assert spool.pending_batches == 0 and spool.acked_through == intervals
