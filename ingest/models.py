@@ -58,6 +58,10 @@ class JobState(models.TextChoices):
     CANCELLED = "cancelled", "Cancelled"
 
 
+# A job in one of these states has ended; nothing moves it out of them but a new job record.
+TERMINAL_JOB_STATES = frozenset({JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED})
+
+
 class Job(TenantOwned):
     """A scheduler job (Slurm job, Kubernetes pod, torchrun run), attributed to a customer by
     the operator's mapping rules when first seen."""

@@ -10,6 +10,7 @@ import os
 from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import numpy as np
@@ -29,9 +30,21 @@ from contract.rows import (
     labels_key,
 )
 from ingest import blocks
-from ingest.models import Event, Gpu, Job, JobRank, LogLine, Node, Process, Series, SeriesRollup
+from ingest.models import (
+    TERMINAL_JOB_STATES,
+    Event,
+    Gpu,
+    Job,
+    JobRank,
+    LogLine,
+    Node,
+    Process,
+    Series,
+    SeriesRollup,
+)
 from ingest.storage import read_block_payloads
-from tenants.context import tenant_context
+from tenants.access import Principal, get_object_for_tenant
+from tenants.context import system_context, tenant_context
 
 # The cumulative hardware counters of docs/design.md §4 (GPU scope) that long-range reads ask for.
 GPU_COUNTERS: tuple[str, ...] = (
@@ -559,3 +572,35 @@ def job_processes(
         )
         for node, pid, rank, local_rank, gpu, cmd, seen, exit_code, exited in rows
     ]
+
+
+def job_by_pk(operator_id: int, job_pk: int) -> Job | None:
+    """The tenant's job row, or None (another tenant's pk is None too)."""
+    with tenant_context(operator_id):
+        return Job.objects.for_tenant(operator_id).filter(pk=job_pk).first()
+
+
+def job_for(principal: Principal, job_id: str) -> Job:
+    """The job `job_id` as `principal` may see it; Http404 otherwise (another tenant's job, or
+    another customer's for a customer principal)."""
+    return get_object_for_tenant(Job, principal, job_id=job_id)
+
+
+def running_jobs_on_nodes(operator_id: int, node_pks: Iterable[int]) -> list[tuple[int, int]]:
+    """(job pk, node pk) of every job not yet ended with a rank on one of these nodes."""
+    with tenant_context(operator_id):
+        return list(
+            JobRank.objects.for_tenant(operator_id)
+            .filter(node_id__in=list(node_pks))
+            .exclude(job__state__in=list(TERMINAL_JOB_STATES))
+            .values_list("job_id", "node_id")
+            .distinct()
+        )
+
+
+def gpus_seen_since(since: datetime) -> list[tuple[int, str]]:
+    """(operator id, GPU uuid) of every GPU any agent of any operator reported since `since`:
+    the fleet-health fan-out's list, read across tenants on purpose."""
+    with system_context():
+        rows = Gpu.objects.filter(last_seen_at__gte=since)
+        return [(int(o), str(u)) for o, u in rows.values_list("operator_id", "uuid")]

@@ -24,6 +24,7 @@ from django.db.models import Max, Q
 
 from ingest import blocks, selectors, signals
 from ingest.models import (
+    TERMINAL_JOB_STATES,
     BatchReceipt,
     Event,
     Gpu,
@@ -49,7 +50,6 @@ from tenants.context import system_context, tenant_context
 from tenants.models import Operator
 
 HOUR_MS = 3_600_000
-TERMINAL_STATES = {JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED}
 
 
 class StoreStatus(Enum):
@@ -348,7 +348,7 @@ def _apply_job_record(operator_id: int, job: Job, rec: dict[str, Any]) -> None:
     seen = _dt(rec["ts_us"])
     if rec["state"]:
         job.state = rec["state"]
-        if rec["state"] in TERMINAL_STATES:
+        if rec["state"] in TERMINAL_JOB_STATES:
             job.ended_at = seen
     job.last_seen_at = max(job.last_seen_at, seen)
 
@@ -536,7 +536,7 @@ def _end_job_when_every_rank_exited(job_pk: int) -> None:
     non-zero code. Its world size, if no job record gave one, is what the ranks' processes
     said. Nothing changes while a rank is still running or has not been seen yet."""
     job = Job.objects.select_for_update().get(pk=job_pk)
-    if job.state in TERMINAL_STATES or job.scheduler in SCHEDULERS_THAT_REPORT_ENDS:
+    if job.state in TERMINAL_JOB_STATES or job.scheduler in SCHEDULERS_THAT_REPORT_ENDS:
         return
     ranks = list(JobRank.objects.filter(job_id=job_pk).values_list("rank", "node_id", "pid"))
     procs = {

@@ -7,6 +7,7 @@ from decimal import Decimal
 
 from django.db.models import F, Q, QuerySet
 
+from ingest import selectors as ingest_selectors
 from investigations.models import GpuListPrice, JobActivity, JobGpuUsage
 from investigations.pricing import RealPrice, UsageRow, real_price
 from tenants.access import Principal
@@ -32,12 +33,8 @@ def jobs_due_for_evaluation(active_s: float, now: datetime | None = None) -> lis
 
 def gpus_due_for_fleet_health(now: datetime | None = None) -> list[tuple[int, str]]:
     """(operator id, GPU uuid) of every GPU an agent reported in the last day."""
-    from ingest.models import Gpu
-
     now = now or datetime.now(UTC)
-    with system_context():
-        rows = Gpu.objects.filter(last_seen_at__gte=now - FLEET_ACTIVE)
-        return [(int(o), str(u)) for o, u in rows.values_list("operator_id", "uuid")]
+    return ingest_selectors.gpus_seen_since(now - FLEET_ACTIVE)
 
 
 def list_prices(operator_id: int) -> dict[str, tuple[Decimal, str]]:

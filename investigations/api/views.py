@@ -15,7 +15,7 @@ from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from ingest.models import Job
+from ingest import selectors as ingest_selectors
 from investigations import selectors, services
 from investigations.api.serializers import (
     GpuListPriceSerializer,
@@ -38,7 +38,6 @@ class IncidentViewSet(TenantScopedReadOnlyViewSet):
 
     model = Incident
     route = "incidents"
-    route_basename = "incident"
     serializer_class = IncidentSerializer
     lookup_field = "public_id"
 
@@ -63,7 +62,6 @@ class VerdictViewSet(TenantScopedReadOnlyViewSet):
 
     model = Incident
     route = "verdicts"
-    route_basename = "verdict"
     lookup_field = "public_id"
 
     def scope_queryset(self, queryset: QuerySet[Any]) -> QuerySet[Any]:
@@ -87,7 +85,6 @@ class GpuListPriceViewSet(TenantScopedViewSet):
 
     model = GpuListPrice
     route = "gpu-prices"
-    route_basename = "gpu-price"
     serializer_class = GpuListPriceSerializer
 
     def get_permissions(self) -> list[BasePermission]:
@@ -126,7 +123,6 @@ class RealPriceViewSet(TenantScopedReadOnlyViewSet):
 
     model = JobGpuUsage
     route = "real-price"
-    route_basename = "real-price"
     permission_classes = [HasPrincipal]
 
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
@@ -134,7 +130,7 @@ class RealPriceViewSet(TenantScopedReadOnlyViewSet):
         principal = self.principal
         scope: dict[str, Any] = {}
         if "job" in query:
-            job = get_object_for_tenant(Job, principal, job_id=query["job"])
+            job = ingest_selectors.job_for(principal, query["job"])
             scope["job_pk"] = job.pk
         if "customer" in query:
             customer = get_object_for_tenant(Customer, principal, pk=query["customer"])
