@@ -396,7 +396,8 @@ class DeadLetter:
                     pass
 
     def _save_state(self) -> None:
-        assert self.directory is not None
+        if self.directory is None:
+            raise RuntimeError("the spool has no directory")
         tmp = self.directory / (STATE_FILE + ".tmp")
         tmp.write_text(json.dumps({"added": self.added, "dropped": self.dropped}))
         os.replace(tmp, self.directory / STATE_FILE)
@@ -439,7 +440,8 @@ class DeadLetter:
             return batch_path
 
     def _trim(self) -> None:
-        assert self.directory is not None
+        if self.directory is None:
+            raise RuntimeError("the spool has no directory")
         batches = sorted(self.directory.glob("*.batch"))
         total = sum(p.stat().st_size for p in batches)
         while batches and (len(batches) > self.max_batches or total > self.max_bytes):

@@ -20,7 +20,7 @@ from engine.window import SOURCE_DESCRIPTIONS, JobWindow
 def verdict_id(f: Finding) -> str:
     s = f.subject
     key = "|".join(str(x) for x in (f.family, s["job"], s["node"], s["gpu"], s["rank"], s["mount"]))
-    return "v-" + hashlib.sha1(key.encode()).hexdigest()[:16]
+    return "v-" + hashlib.sha1(key.encode(), usedforsecurity=False).hexdigest()[:16]
 
 
 def build_verdict(f: Finding, window: JobWindow | None) -> dict[str, Any]:

@@ -187,7 +187,7 @@ def run(args: argparse.Namespace) -> int:
     _, token = tenant_services.do_create_agent_token(operator.pk, name="bench")
     bytes_before = storage.block_table_bytes()
     port = _free_port()
-    server = subprocess.Popen(
+    server = subprocess.Popen(  # noqa: S603 - our interpreter running our own ingest server
         [
             sys.executable,
             "-m",

@@ -71,7 +71,8 @@ class DecodedBlock:
     def ts_ms(self) -> np.ndarray:
         """int64[sample_count]: each sample's timestamp (ms)."""
         if self._ts is None:
-            assert self.row_ts is not None
+            if self.row_ts is None:  # cannot be: decode gives a block one or the other
+                raise BlockError("a block with neither per-sample nor shared timestamps")
             self._ts = np.tile(self.row_ts, len(self.series_ids))
         return self._ts
 

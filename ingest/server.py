@@ -345,8 +345,9 @@ class IngestServicer(ingest_pb2_grpc.IngestServicer):
                     events.put(("refused", seq, str(exc)))
                 elif exc is not None:
                     events.put(("error", seq, exc))
+                elif outcome is None:  # cannot be: the writer gives an outcome or an error
+                    events.put(("error", seq, RuntimeError("no outcome and no error")))
                 else:
-                    assert outcome is not None
                     ack = _ack(seq, _STATUS[outcome.status], batch.sample_count, batch)
                     events.put(("ack", ack, arrived))
 

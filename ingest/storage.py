@@ -178,7 +178,7 @@ def drop_expired_partitions(
     cutoff_ms = int(cutoff.timestamp() * 1000)
     if connection.vendor != "postgresql":
         with connection.cursor() as cursor:
-            cursor.execute(f"DELETE FROM {BLOCK_TABLE} WHERE end_ms < %s", [cutoff_ms])
+            cursor.execute(f"DELETE FROM {BLOCK_TABLE} WHERE end_ms < %s", [cutoff_ms])  # noqa: S608 - our table constant; the cutoff is a parameter
         return []
     dropped = []
     for name in partition_names(connection):
@@ -191,7 +191,7 @@ def drop_expired_partitions(
                 cursor.execute(f"DROP TABLE {name}")
             dropped.append(name)
     with connection.cursor() as cursor:
-        cursor.execute(f"DELETE FROM {BLOCK_TABLE}_default WHERE end_ms < %s", [cutoff_ms])
+        cursor.execute(f"DELETE FROM {BLOCK_TABLE}_default WHERE end_ms < %s", [cutoff_ms])  # noqa: S608 - our table constant; the cutoff is a parameter
     return dropped
 
 
@@ -212,7 +212,7 @@ def write_blocks(rows: Sequence[BlockRow], using: str = "default") -> None:
     columns = ", ".join(BLOCK_COLUMNS)
     with connections[using].cursor() as cursor:
         cursor.executemany(
-            f"INSERT INTO {BLOCK_TABLE} ({columns}) VALUES (%s, %s, %s, %s, %s, %s, %s)",
+            f"INSERT INTO {BLOCK_TABLE} ({columns}) VALUES (%s, %s, %s, %s, %s, %s, %s)",  # noqa: S608 - our table and column constants; values are parameters
             [
                 (
                     r.operator_id,
@@ -249,7 +249,7 @@ def read_block_payloads(
     connection = connections[using]
     placeholders = ", ".join(["%s"] * len(ids))
     sql = (
-        f"SELECT node_id, payload FROM {BLOCK_TABLE} WHERE operator_id = %s "
+        f"SELECT node_id, payload FROM {BLOCK_TABLE} WHERE operator_id = %s "  # noqa: S608 - our table constant and %s placeholders; values are parameters
         f"AND node_id IN ({placeholders}) AND start_ms >= %s AND start_ms <= %s "
         "AND end_ms >= %s ORDER BY start_ms"
     )

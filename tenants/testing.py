@@ -12,7 +12,7 @@ from tenants.access import Principal
 from tenants.models import Customer, Operator, Role, TokenScope
 from tenants.selectors import principal_for_user
 
-TEST_PASSWORD = "correct-horse-battery-staple-42"
+TEST_PASSWORD = "correct-horse-battery-staple-42"  # noqa: S105 - the test users' password, for test databases only
 
 
 @dataclass
@@ -26,7 +26,8 @@ class Tenant:
 
     def principal(self, user: AbstractUser) -> Principal:
         principal = principal_for_user(user)
-        assert principal is not None
+        if principal is None:
+            raise ValueError(f"{user} has no principal (no operator or customer)")
         return principal
 
     def api_token(

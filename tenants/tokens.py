@@ -10,8 +10,8 @@ from __future__ import annotations
 import hashlib
 import secrets
 
-API_TOKEN_KIND = "prf"
-AGENT_TOKEN_KIND = "prfa"
+API_TOKEN_KIND = "prf"  # noqa: S105 - a token's public kind prefix, not a secret
+AGENT_TOKEN_KIND = "prfa"  # noqa: S105 - a token's public kind prefix, not a secret
 PREFIX_SECRET_CHARS = 8
 
 

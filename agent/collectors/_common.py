@@ -3,8 +3,11 @@ log-once warning, and the default HTTP fetch function."""
 
 from __future__ import annotations
 
+import http.client
 import logging
 import math
+import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from typing import Any
@@ -14,10 +17,22 @@ Record = dict[str, Any]
 FetchFn = Callable[[str, float], str]
 
 
+def open_http(
+    url: str, timeout_s: float, headers: dict[str, str] | None = None
+) -> http.client.HTTPResponse:
+    """urlopen for http(s) URLs only: a URL from the config or a process's command line
+    cannot make the agent read a local file (file:) or any other scheme urllib knows.
+    Raises urllib.error.URLError (an OSError) for any other scheme."""
+    if urllib.parse.urlsplit(url).scheme.lower() not in ("http", "https"):
+        raise urllib.error.URLError(f"not an http(s) URL: {url!r}")
+    req = urllib.request.Request(url, headers=headers or {})  # noqa: S310 - scheme checked above
+    resp: http.client.HTTPResponse = urllib.request.urlopen(req, timeout=timeout_s)  # noqa: S310 - scheme checked above
+    return resp
+
+
 def http_get(url: str, timeout_s: float) -> str:
     """GET `url` and return the body as text. Raises OSError on any failure."""
-    req = urllib.request.Request(url, headers={"Accept": "text/plain"})
-    with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+    with open_http(url, timeout_s, headers={"Accept": "text/plain"}) as resp:
         charset = resp.headers.get_content_charset() or "utf-8"
         body: bytes = resp.read()
     return body.decode(charset, errors="replace")

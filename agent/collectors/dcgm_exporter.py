@@ -101,14 +101,12 @@ class DcgmExporterCollector:
         cached = self._ident_cache.get(id(raw))
         if cached is not None and cached[0] is raw:
             return cached[1], cached[2]
-        ident: dict[str, Any] | None = {}
+        ident: dict[str, Any] | None = None
         labels: dict[str, str] = {}
         uuid = raw.get("UUID")
         index = raw.get("gpu")
-        if not uuid and not (index and index.isdigit()):
-            ident = None
-        else:
-            assert ident is not None
+        if uuid or (index and index.isdigit()):
+            ident = {}
             node = self.node or raw.get("Hostname")
             if node:
                 ident[signals.NODE] = node

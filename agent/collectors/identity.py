@@ -176,7 +176,7 @@ def bounded_job_id(job: str) -> str:
     still one id per run (ingest refuses longer ids, and a user's --rdzv-id can be anything)."""
     if len(job) <= JOB_ID_MAX:
         return job
-    digest = hashlib.sha1(job.encode("utf-8", "replace")).hexdigest()[:12]
+    digest = hashlib.sha1(job.encode("utf-8", "replace"), usedforsecurity=False).hexdigest()[:12]
     return f"{job[: JOB_ID_MAX - 13]}-{digest}"
 
 
@@ -492,7 +492,8 @@ class IdentityCollector:
         """A job no scheduler describes (torchrun, exec, a plain process), when first seen:
         who named it, and its kind when the command says (an inference server). No state: the
         agent is not its parent and cannot know how it ends."""
-        assert ident.job is not None
+        if ident.job is None:
+            raise ValueError("a job record needs the process's job id")
         # No `nodes`: a run over several nodes is seen by each node's agent, and a record's
         # node list replaces the one before.
         rec: Record = {"type": "job", "ts": now, "job": ident.job}

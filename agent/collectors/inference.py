@@ -128,7 +128,7 @@ def server_from_cmdline(
             or env.get("PORT")
         )
     host = _flag(argv, "--host", "--hostname") or "127.0.0.1"
-    if host in ("0.0.0.0", "::", "", "[::]"):
+    if host in ("0.0.0.0", "::", "", "[::]"):  # noqa: S104 - not a bind: a server listening on every interface is scraped on loopback
         host = "127.0.0.1"
     if ":" in host and not host.startswith("["):
         host = f"[{host}]"

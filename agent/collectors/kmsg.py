@@ -89,7 +89,8 @@ class KmsgCollector:
         return self._boot_time
 
     def _read_available(self) -> bytes:
-        assert self._fd is not None
+        if self._fd is None:
+            raise RuntimeError("kmsg is not open")
         chunks: list[bytes] = []
         total = 0
         while total < self.max_bytes:

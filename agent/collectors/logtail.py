@@ -208,7 +208,8 @@ class LogTailCollector:
             # Renamed away, not recreated yet: read what the writer still appends to it.
             self._read(tailed, now, out, final=False)
             return
-        assert tailed.fh is not None
+        if tailed.fh is None:  # cannot be: opened above or returned
+            raise RuntimeError(f"{tailed.path} is not open")
         size = os.fstat(tailed.fh.fileno()).st_size
         if size < tailed.offset:  # copytruncate
             if tailed.partial:

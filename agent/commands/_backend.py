@@ -7,6 +7,7 @@ import argparse
 import logging
 import time
 from dataclasses import dataclass
+from importlib import metadata
 from typing import Any
 
 from agent.runtime import AcceleratedClock, Clock, Collector
@@ -141,11 +142,9 @@ def _assemble_node(
         if facts.get(key):
             meta[key] = facts[key]
     try:
-        from importlib.metadata import version
-
-        meta["agent_version"] = version("proof")
-    except Exception:  # not installed as a distribution (zipapp): leave it out
-        pass
+        meta["agent_version"] = metadata.version("proof")
+    except metadata.PackageNotFoundError:  # not installed as a distribution (zipapp)
+        log.debug("no installed proof distribution: agent_version left out of the meta")
     log.info(
         "node %s: %d GPUs; collectors %s%s",
         backend.node,

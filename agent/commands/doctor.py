@@ -20,11 +20,11 @@ import socket
 import ssl
 import sys
 import urllib.error
-import urllib.request
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from agent.collectors._common import open_http
 from agent.config import AgentConfig, ConfigError, load_config
 from agent.spool import DEAD_LETTER_DIR, DeadLetter
 
@@ -91,7 +91,7 @@ def check_dcgm_exporter(cfg: AgentConfig, timeout: float) -> Check:
         return Check("dcgm-exporter", OFF, f"[dcgm] mode = {cfg.dcgm.mode!r}")
     url = cfg.dcgm.exporter_url
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:
+        with open_http(url, timeout) as resp:
             text = resp.read(4 * 1024 * 1024).decode("utf-8", "replace")
     except (urllib.error.URLError, OSError, ValueError) as exc:
         return Check("dcgm-exporter", UNAVAILABLE, f"{url}: {_reason(exc)}")
@@ -264,7 +264,7 @@ def check_inference(cfg: AgentConfig, timeout: float) -> Check:
     bad = []
     for url in dict.fromkeys(urls):
         try:
-            with urllib.request.urlopen(url, timeout=timeout) as resp:
+            with open_http(url, timeout) as resp:
                 resp.read(1024)
         except (urllib.error.URLError, OSError, ValueError) as exc:
             bad.append(f"{url}: {_reason(exc)}")

@@ -363,11 +363,12 @@ def run(args: argparse.Namespace) -> int:
     sys.stdout.flush()
     sys.stderr.flush()
     try:
-        child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)  # noqa: S603 - running the user's own command is what `proof-agent exec` is for
     except OSError as exc:
         print(f"proof-agent exec: cannot run {command[0]!r}: {exc.strerror}", file=sys.stderr)
         return 127 if isinstance(exc, FileNotFoundError) else 126
-    assert child.stdout is not None and child.stderr is not None
+    if child.stdout is None or child.stderr is None:  # cannot be: both are PIPE
+        raise RuntimeError("the child's output pipes were not opened")
 
     forward_sigint = not (sys.stdin is not None and sys.stdin.isatty())
     previous: dict[int, Any] = {}

@@ -190,7 +190,8 @@ class EbpfCollector:
         self.close()
 
     def _map(self, name: str) -> int:
-        assert self._bpf is not None
+        if self._bpf is None:
+            raise RuntimeError("the BPF programs are not loaded")
         return self._bpf.maps[name]
 
     @property

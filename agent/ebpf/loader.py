@@ -93,7 +93,7 @@ def load_in_child(
     # The child must import this package however the agent was started (venv, zipapp).
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
     try:
-        child = subprocess.Popen(
+        child = subprocess.Popen(  # noqa: S603 - our interpreter running our own loader module
             [
                 sys.executable,
                 "-m",

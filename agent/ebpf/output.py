@@ -143,7 +143,8 @@ class OutputCapture:
             return []
         try:
             self._to_wall_s = self.wall_clock() - self.monotonic_ns() / 1e9
-            assert self._bpf is not None
+            if self._bpf is None:
+                raise RuntimeError("the BPF program is not loaded")
             for event in self._bpf.ring.consume():
                 self._take(event)
             self._sync_tracked(now)
@@ -170,7 +171,8 @@ class OutputCapture:
     def _sync_tracked(self, now: float) -> None:
         # Never the agent itself: its own logging would feed back into what it captures.
         wanted = {int(pid) for pid in self.pid_source()} - {os.getpid()}
-        assert self._bpf is not None
+        if self._bpf is None:
+            raise RuntimeError("the BPF program is not loaded")
         table = self._bpf.loaded.maps["tracked"]
         for pid in wanted - self._tracked:
             bpfsys.update(table, _U32.pack(pid), b"\x01")
@@ -184,7 +186,8 @@ class OutputCapture:
                 self._emit(pid, fd, min(ts, now), pending, truncated=False)
 
     def _dropped(self) -> int:
-        assert self._bpf is not None
+        if self._bpf is None:
+            raise RuntimeError("the BPF program is not loaded")
         raw = bpfsys.lookup(self._bpf.loaded.maps["dropped"], _U32.pack(0), _U64.size)
         return _U64.unpack(raw)[0] if raw else 0
 

@@ -121,7 +121,8 @@ class GrpcSink:
         if self.spool is not None:
             sequence = self.spool.next_seq
             stored = self.spool.append(self.builder.build_bytes(sequence))
-            assert stored == sequence, (stored, sequence)
+            if stored != sequence:
+                raise RuntimeError(f"the spool stored batch {stored}, expected {sequence}")
             self._report_drops()
         else:
             sequence = self._next_sequence
@@ -293,7 +294,8 @@ def make_sink(
         host = server.rsplit(":", 1)[0].strip("[]")
         loopback = host in ("localhost", "127.0.0.1", "::1")
         tls = None if loopback else TlsConfig(root_cert=os.environ.get("PROOF_AGENT_CA_CERT"))
-    assert not isinstance(tls, str)
+    if isinstance(tls, str):
+        raise ValueError(f"tls must be 'auto', a TlsConfig or None, not {tls!r}")
     sender = BatchSender(open_channel(server, tls), token)
     agent_id = _agent_id(spool_dir, meta)
 
@@ -385,7 +387,7 @@ def _register_later(register: Any, max_delay: float = 60.0) -> None:
             ):
                 log.error("ingest refused the agent token: %s", exc.details())  # type: ignore[attr-defined]
                 return
-        time.sleep(random.uniform(delay / 2, delay))
+        time.sleep(random.uniform(delay / 2, delay))  # noqa: S311 - reconnect jitter, not a secret
         delay = min(max_delay, delay * 2)
 
 

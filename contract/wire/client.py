@@ -270,7 +270,7 @@ class BatchSender:
         ingest at the same moment does not come back in lockstep)."""
         ceiling = min(self.max_retry_delay, self.retry_delay * (2 ** min(self._failures, 30)))
         self._failures += 1
-        delay = random.uniform(ceiling / 2, ceiling)
+        delay = random.uniform(ceiling / 2, ceiling)  # noqa: S311 - reconnect jitter, not a secret
         self.backoff_delays = [*self.backoff_delays[-63:], delay]
         until = time.monotonic() + delay
         with self._lock:  # close() wakes us rather than waiting out a long backoff

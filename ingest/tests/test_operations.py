@@ -81,7 +81,7 @@ def test_plaintext_on_a_public_address_is_refused() -> None:
     from ingest.server import IngestServer, InsecureBindRefused
 
     with pytest.raises(InsecureBindRefused, match="refusing plaintext"):
-        IngestServer("0.0.0.0", 0, limits=Limits())
+        IngestServer("0.0.0.0", 0, limits=Limits())  # noqa: S104 - the test checks that this bind is refused
 
 
 @pytest.mark.django_db(

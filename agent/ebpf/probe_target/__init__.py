@@ -64,7 +64,7 @@ def build(dest: Path, library_opt: str = "-O2") -> Built:
         [cc, "-O2", "-o", str(built.driver), str(src / "driver.c"), "-ldl", "-lpthread"],
     ]
     for step in steps:
-        result = subprocess.run(step, capture_output=True, text=True, check=False)
+        result = subprocess.run(step, capture_output=True, text=True, check=False)  # noqa: S603 - the C compiler found on PATH, compiling our bundled sources
         if result.returncode != 0:
             raise BuildError(f"{' '.join(step)} failed:\n{result.stderr}")
     return built
@@ -74,7 +74,7 @@ class Driver:
     """The driver program running: send it commands, wait for each to finish."""
 
     def __init__(self, built: Built, *, stderr: int | None = subprocess.DEVNULL) -> None:
-        self.process = subprocess.Popen(
+        self.process = subprocess.Popen(  # noqa: S603 - the driver program we just built
             [str(built.driver), str(built.libdir)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -89,7 +89,8 @@ class Driver:
         self.pid = int(ready.split()[1])
 
     def _read_line(self) -> str:
-        assert self.process.stdout is not None
+        if self.process.stdout is None:  # cannot be: opened as PIPE
+            raise RuntimeError("the driver's stdout is not a pipe")
         line = self.process.stdout.readline()
         if not line:
             raise BuildError(f"driver exited (status {self.process.poll()})")
@@ -102,7 +103,8 @@ class Driver:
 
     def send(self, line: str) -> None:
         """Start one command without waiting for it (then `wait()`)."""
-        assert self.process.stdin is not None
+        if self.process.stdin is None:  # cannot be: opened as PIPE
+            raise RuntimeError("the driver's stdin is not a pipe")
         self.process.stdin.write(line + "\n")
         self.process.stdin.flush()
 
@@ -116,7 +118,8 @@ class Driver:
     def close(self, timeout: float = 5.0) -> int:
         if self.process.poll() is None:
             try:
-                assert self.process.stdin is not None
+                if self.process.stdin is None:  # cannot be: opened as PIPE
+                    raise RuntimeError("the driver's stdin is not a pipe")
                 self.process.stdin.write("exit\n")
                 self.process.stdin.close()
             except (BrokenPipeError, OSError):

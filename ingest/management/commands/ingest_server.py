@@ -147,7 +147,7 @@ def _supervise(options: dict[str, Any]) -> int:
                 argv += [f"--{key.replace('_', '-')}", str(options[key])]
         if options["insecure"]:
             argv.append("--insecure")
-        children.append(subprocess.Popen(argv))
+        children.append(subprocess.Popen(argv))  # noqa: S603 - our interpreter and manage.py, with this command's own options
 
     def forward(signum: int, frame: Any) -> None:
         for child in children:

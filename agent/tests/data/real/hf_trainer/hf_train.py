@@ -22,7 +22,7 @@ from transformers import (
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--mode", default="healthy")
-ap.add_argument("--out", default="/tmp/hf_out")
+ap.add_argument("--out", default="/tmp/hf_out")  # noqa: S108 - a throwaway default of a fixture program run by hand (data/real/README.md)
 ap.add_argument("--steps", type=int, default=300)
 args = ap.parse_args()
 torch.manual_seed(0)

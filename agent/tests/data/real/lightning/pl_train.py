@@ -16,7 +16,7 @@ from transformers import GPT2Config, GPT2LMHeadModel
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--mode", default="healthy")
-ap.add_argument("--out", default="/tmp/pl_out")
+ap.add_argument("--out", default="/tmp/pl_out")  # noqa: S108 - a throwaway default of a fixture program run by hand (data/real/README.md)
 ap.add_argument("--bar", default="default", help="default (rich when installed) or tqdm")
 args = ap.parse_args()
 torch.manual_seed(0)
