@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from django.contrib.auth import get_user_model
 from django.test import Client
 
 from tenants import services
@@ -90,8 +91,6 @@ def test_logout_and_password_change(client: Client, a: Tenant) -> None:
 
 
 def test_user_without_membership_gets_a_clear_home(client: Client) -> None:
-    from django.contrib.auth import get_user_model
-
     get_user_model().objects.create_user(username="drifter", password=TEST_PASSWORD)
     assert client.login(username="drifter", password=TEST_PASSWORD)
     body = client.get("/").content.decode()

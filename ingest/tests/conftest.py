@@ -6,6 +6,7 @@ embedded default's file database has a busy timeout and does wait)."""
 from __future__ import annotations
 
 import pytest
+from django.db import connection
 
 THREADED_SERVER_MODULES = ("test_server", "test_replay", "test_sink", "test_backpressure")
 
@@ -14,7 +15,5 @@ THREADED_SERVER_MODULES = ("test_server", "test_replay", "test_sink", "test_back
 def _threaded_server_needs_waiting_writers(request: pytest.FixtureRequest) -> None:
     if request.module.__name__.rsplit(".", 1)[-1] not in THREADED_SERVER_MODULES:
         return
-    from django.db import connection
-
     if connection.vendor == "sqlite":
         pytest.skip("the threaded ingest server needs PostgreSQL (see ingest/tests/conftest.py)")

@@ -18,6 +18,8 @@ from django.db import connections
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from ingest import storage
+from ingest.processing import Limits
+from ingest.server import IngestServer, InsecureBindRefused
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -77,9 +79,6 @@ def test_proof_ingest_serves_health_and_metrics_and_stops_on_sigterm() -> None:
 
 
 def test_plaintext_on_a_public_address_is_refused() -> None:
-    from ingest.processing import Limits
-    from ingest.server import IngestServer, InsecureBindRefused
-
     with pytest.raises(InsecureBindRefused, match="refusing plaintext"):
         IngestServer("0.0.0.0", 0, limits=Limits())  # noqa: S104 - the test checks that this bind is refused
 

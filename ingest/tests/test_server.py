@@ -22,7 +22,8 @@ from contract.wire import ingest_pb2, ingest_pb2_grpc
 from contract.wire.client import BatchSender, open_channel
 from ingest import selectors, services
 from ingest.models import BatchReceipt, Gpu
-from ingest.server import IngestServer
+from ingest.processing import Limits
+from ingest.server import IngestServer, IngestServicer
 from ingest.storage import BLOCK_TABLE
 from ingest.tests.helpers import gpu_batch
 from tenants import services as tenant_services
@@ -295,9 +296,6 @@ def test_token_revoked_mid_stream_cuts_the_open_stream_off() -> None:
 
 
 def test_stream_token_recheck_is_shared_for_half_the_interval(server: IngestServer) -> None:
-    from ingest.processing import Limits
-    from ingest.server import IngestServicer
-
     tenant = make_tenant("srv-recheck-cache")
     token, plaintext = tenant_services.do_create_agent_token(tenant.operator.pk, name="n")
     cached = IngestServicer(server.writer, Limits(), token_recheck_s=600.0)

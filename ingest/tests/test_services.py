@@ -4,13 +4,14 @@ security in CI)."""
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import pytest
 from django.db import connection
 
 from contract import signals
-from ingest import selectors, services
+from ingest import blocks, selectors, services
 from ingest.models import BatchReceipt, Job, JobRank, LogLine, Node, Process, Series
 from ingest.processing import Limits, decode_batch
 from ingest.storage import BLOCK_TABLE
@@ -249,8 +250,6 @@ def test_blocks_table_has_row_level_security_on_parent_and_partitions() -> None:
 
 
 def test_batches_move_node_last_seen_at_forward_at_most_once_per_interval() -> None:
-    from datetime import UTC, datetime, timedelta
-
     tenant = make_tenant("ing-seen")
     op = tenant.operator.pk
     t0 = datetime.now(UTC) - timedelta(minutes=5)
@@ -276,8 +275,6 @@ def test_batches_move_node_last_seen_at_forward_at_most_once_per_interval() -> N
 def test_blocks_of_format_1_and_format_2_read_back_together(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from ingest import blocks
-
     tenant = make_tenant("ing-formats")
     op = tenant.operator.pk
     start = float(int(time.time()) - 100)

@@ -14,6 +14,7 @@ from ingest.processing import Limits, decode_batch
 from ingest.tests.helpers import gpu_batch
 from investigations import notifications, selectors, services
 from investigations.models import Incident, JobActivity, JobGpuUsage
+from investigations.tasks import evaluate_fleet_health, evaluate_job, fan_out_job_evaluations
 from investigations.tests.live_helpers import GPU_MODEL, job_pk, run_together, store_sim
 from proof_web.celery import app as celery_app
 from tenants.context import tenant_context
@@ -143,8 +144,6 @@ def test_ingest_signal_is_debounced_and_enqueues_the_evaluation(
     assert activity.evaluated_through_ts is not None
     assert activity.evaluated_through_ts < activity.last_data_ts
     assert selectors.jobs_due_for_evaluation(services.ACTIVE_S) == [(op, activity.job_id)]
-    from investigations.tasks import fan_out_job_evaluations
-
     assert fan_out_job_evaluations.delay().get() == 1
     # The fan-out's evaluation saw it all: live verdicts = `proof analyze` on the same records.
     expected = sim.offline_families[sim.jobs[0]]
@@ -220,8 +219,6 @@ def test_unattributed_node_samples_extend_only_a_live_job() -> None:
 def test_fleet_health_fan_out_opens_one_incident_per_degrading_gpu(
     fired: list[notifications.Notification],
 ) -> None:
-    from investigations.tasks import evaluate_fleet_health
-
     a = make_tenant("live-f")
     op = a.operator.pk
     sim = store_sim(op, "gpu_degrading", duration_s=300)
@@ -270,8 +267,6 @@ def test_concurrent_batches_of_one_job_widen_its_span_without_losing_either() ->
 
 
 def test_evaluation_tasks_take_the_operator_id_first() -> None:
-    from investigations.tasks import evaluate_fleet_health, evaluate_job
-
     with pytest.raises(TypeError, match="operator id"):
         evaluate_job("1", 1)
     with pytest.raises(TypeError, match="operator id"):

@@ -38,9 +38,8 @@ def request_principal(request: Request) -> Principal:
 
 class TenantScopedMixin:
     model: ClassVar[type[models.Model]]
-    # Where register_viewsets() puts the viewset on the API router.
+    # Where register_viewsets() puts the viewset on the API router (plural: "customers").
     route: ClassVar[str]
-    route_basename: ClassVar[str]
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -104,7 +103,8 @@ class TenantScopedReadOnlyViewSet(TenantScopedMixin, viewsets.ReadOnlyModelViewS
 
 
 def register_viewsets(router: BaseRouter, *viewsets: type[TenantScopedMixin]) -> None:
-    """Register each viewset under its own `route` prefix and `route_basename` (not DRF's
-    `basename` attribute, which as_view() resets)."""
+    """Register each viewset under its own `route`, named by the route in the singular
+    ("customers" → "customer-list", "customer-detail")."""
     for viewset in viewsets:
-        router.register(viewset.route, viewset, basename=viewset.route_basename)  # type: ignore[arg-type]
+        basename = viewset.route.removesuffix("s")
+        router.register(viewset.route, viewset, basename=basename)  # type: ignore[arg-type]

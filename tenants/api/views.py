@@ -36,7 +36,6 @@ class CustomerViewSet(TenantScopedViewSet):
 
     model = Customer
     route = "customers"
-    route_basename = "customer"
     serializer_class = CustomerSerializer
     http_method_names = ["get", "post", "head", "options"]
 
@@ -79,7 +78,6 @@ class ApiTokenViewSet(_TokenViewSet):
 
     model = ApiToken
     route = "api-tokens"
-    route_basename = "api-token"
     serializer_class = ApiTokenSerializer
     create_shape = ApiTokenCreateSerializer
     permission_classes = [HasPrincipal]
@@ -102,7 +100,6 @@ class AgentTokenViewSet(_TokenViewSet):
 
     model = AgentToken
     route = "agent-tokens"
-    route_basename = "agent-token"
     serializer_class = AgentTokenSerializer
     create_shape = AgentTokenCreateSerializer
     permission_classes = [IsOperatorAdminPrincipal]
@@ -119,7 +116,6 @@ class JobMappingRuleViewSet(TenantScopedViewSet):
 
     model = JobMappingRule
     route = "job-mapping-rules"
-    route_basename = "job-mapping-rule"
     serializer_class = JobMappingRuleSerializer
     permission_classes = [IsOperatorAdminPrincipal]
 

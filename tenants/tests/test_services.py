@@ -5,6 +5,7 @@ from datetime import timedelta
 import pytest
 from django.contrib.auth import get_user_model
 from django.db import connection
+from django.http import Http404
 from django.utils import timezone
 
 from tenants import services
@@ -47,24 +48,23 @@ def test_create_operator_makes_operator_admin_and_refuses_duplicates() -> None:
         assert not get_user_model().objects.filter(username="x").exists()
 
 
-def test_membership_role_must_match_scope_and_customer_must_be_own() -> None:
+@pytest.mark.parametrize(
+    ("role", "customer_of", "refusal"),
+    [
+        (Role.CUSTOMER_VIEWER, None, "customer role and needs a customer"),
+        (Role.OPERATOR_ADMIN, "own", "operator role and takes no customer"),
+        (Role.CUSTOMER_VIEWER, "other", "does not belong to this operator"),
+    ],
+)
+def test_membership_role_must_match_scope_and_customer_must_be_own(
+    role: Role, customer_of: str | None, refusal: str
+) -> None:
     a, b = make_tenant("ta"), make_tenant("tb")
     user = get_user_model().objects.create_user(username="loner", password="pw")
-    with pytest.raises(services.TenancyError, match="customer role and needs a customer"):
-        services.do_add_membership(operator_id=a.operator.pk, user=user, role=Role.CUSTOMER_VIEWER)
-    with pytest.raises(services.TenancyError, match="operator role and takes no customer"):
+    customer_id = {None: None, "own": a.customer.pk, "other": b.customer.pk}[customer_of]
+    with pytest.raises(services.TenancyError, match=refusal):
         services.do_add_membership(
-            operator_id=a.operator.pk,
-            user=user,
-            role=Role.OPERATOR_ADMIN,
-            customer_id=a.customer.pk,
-        )
-    with pytest.raises(services.TenancyError, match="does not belong to this operator"):
-        services.do_add_membership(
-            operator_id=a.operator.pk,
-            user=user,
-            role=Role.CUSTOMER_VIEWER,
-            customer_id=b.customer.pk,
+            operator_id=a.operator.pk, user=user, role=role, customer_id=customer_id
         )
 
 
@@ -142,8 +142,6 @@ def test_revoke_needs_admin_or_creator_and_is_tenant_scoped() -> None:
     token, _ = services.do_create_api_token(a.principal(a.operator_admin), name="t", scope="read")
     with pytest.raises(services.NotAllowed):
         services.do_revoke_api_token(a.principal(a.operator_support), token.pk)
-    from django.http import Http404
-
     with pytest.raises(Http404):
         services.do_revoke_api_token(b.principal(b.operator_admin), token.pk)
     own, _ = services.do_create_api_token(a.principal(a.operator_support), name="o", scope="read")
@@ -160,8 +158,6 @@ def test_agent_token_resolves_to_operator_until_revoked() -> None:
     assert services.resolve_agent_token("") is None
     with system_context():
         assert AgentToken.objects.get(pk=token.pk).last_used_at is not None
-    from django.http import Http404
-
     with pytest.raises(Http404):
         services.do_revoke_agent_token(b.principal(b.operator_admin), token.pk)
     assert services.resolve_agent_token(plaintext) == a.operator.pk
