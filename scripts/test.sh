@@ -15,8 +15,12 @@ export PROOF_ENV=test
 echo "== ruff"
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
+echo "== lint-imports (package boundaries: [tool.importlinter] in pyproject.toml)"
+.venv/bin/lint-imports
 echo "== mypy"
 .venv/bin/mypy .
+echo "== makemigrations --check (the models and their migrations agree)"
+.venv/bin/python manage.py makemigrations --check --dry-run
 echo "== manage.py check --deploy (production settings)"
 PROOF_ENV=production PROOF_DEBUG=0 PROOF_ALLOWED_HOSTS=proof.example.com \
   PROOF_SECRET_KEY="ci-$(head -c 48 /dev/urandom | base64 | tr -d '/+=' | head -c 60)" \
