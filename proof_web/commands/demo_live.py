@@ -39,7 +39,7 @@ REFERENCE_SCENARIOS: tuple[str, ...] = (
 )
 HEALTHY_SCENARIO = "healthy_training"
 DEMO_SCENARIOS: tuple[str, ...] = (*REFERENCE_SCENARIOS, HEALTHY_SCENARIO)
-AGENT_TOKEN_NAME = "proof demo agents"
+AGENT_TOKEN_NAME = "proof demo agents"  # noqa: S105 - the demo token's display name, not the secret
 # USD per GPU-hour for the simulator's GPU models (typical on-demand list prices).
 DEMO_LIST_PRICES = {
     "NVIDIA H100 80GB HBM3": Decimal("2.49"),
