@@ -128,7 +128,7 @@ print("done " + json.dumps({"launches": launches, "syncs": syncs, "memcpy_dtoh":
 
 def run_cmd(argv: list[str], timeout: float = 60) -> dict[str, Any]:
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)  # noqa: S603
     except (OSError, subprocess.TimeoutExpired) as exc:
         return {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
     return {
@@ -216,14 +216,14 @@ class Workload:
 
     def start(self) -> dict[str, Any]:
         for kind, argv in self.argv_candidates():
-            proc = subprocess.Popen(
+            proc = subprocess.Popen(  # noqa: S603
                 argv,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 text=True,
                 env={**os.environ, **ENV},
             )
-            assert proc.stdout is not None
+            assert proc.stdout is not None  # noqa: S101
             line = proc.stdout.readline().strip()
             if line.startswith("ready"):
                 self.proc, self.kind = proc, kind
@@ -260,7 +260,7 @@ def collect_gpu(seconds: int, workload_pid: int | None) -> dict[str, Any]:
 
     from agent.collectors.identity import IdentityCollector
     from agent.collectors.nvml import NvmlCollector
-    from agent.ebpf import build_collectors
+    from agent.ebpf.node import build_collectors
 
     out: dict[str, Any] = {"ok": False}
     nvml = NvmlCollector(pynvml)

@@ -33,12 +33,11 @@ def test_spooled_sink_delivers_and_empties_its_spool(tmp_path: Path) -> None:
     trace, spool_dir = tmp_path / "sent.jsonl", tmp_path / "spool"
     try:
         # One simulated GPU for 60 s, collected every 20 s: one batch per interval.
-        done = run_agent(
-            ["run", "--backend", "sim", "--scenario", "healthy_training", "--seed", "3"]
-            + ["--nodes", "1", "--gpus-per-node", "1", "--duration", "60", "--speed", "max"]
-            + ["--interval", "20", "--server", f"127.0.0.1:{port}", "--token", token]
-            + ["--spool-dir", str(spool_dir), "--out", str(trace)]
-        )
+        argv = ["run", "--backend", "sim", "--scenario", "healthy_training", "--seed", "3"]
+        argv += ["--nodes", "1", "--gpus-per-node", "1", "--duration", "60", "--speed", "max"]
+        argv += ["--interval", "20", "--server", f"127.0.0.1:{port}", "--token", token]
+        argv += ["--spool-dir", str(spool_dir), "--out", str(trace)]
+        done = run_agent(argv)
     finally:
         server.stop(grace=1)
     assert done.returncode == 0, done.stderr
