@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import psycopg
 from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
@@ -56,47 +57,36 @@ class BlockRow:
     payload: bytes
 
 
+# The columns both backends share (the payload's type and SQLite's rowid are their own).
+_BLOCK_COLUMNS = (
+    "operator_id bigint NOT NULL, node_id bigint NOT NULL, start_ms bigint NOT NULL, "
+    "end_ms bigint NOT NULL, series_count integer NOT NULL, sample_count integer NOT NULL"
+)
+_BLOCK_INDEX = (
+    f"CREATE INDEX {BLOCK_TABLE}_node_time ON {BLOCK_TABLE} (operator_id, node_id, start_ms)"
+)
+
+
 def create_block_table(connection: BaseDatabaseWrapper) -> None:
     """Create the table (migration 0002). On PostgreSQL also the default partition and the
     partitions around today."""
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
             cursor.execute(
-                f"""CREATE TABLE {BLOCK_TABLE} (
-                    operator_id bigint NOT NULL,
-                    node_id bigint NOT NULL,
-                    start_ms bigint NOT NULL,
-                    end_ms bigint NOT NULL,
-                    series_count integer NOT NULL,
-                    sample_count integer NOT NULL,
-                    payload bytea NOT NULL
-                ) PARTITION BY RANGE (start_ms)"""
+                f"CREATE TABLE {BLOCK_TABLE} ({_BLOCK_COLUMNS}, payload bytea NOT NULL) "
+                "PARTITION BY RANGE (start_ms)"
             )
             # Blocks are already zstd-compressed: keep PostgreSQL from trying pglz on them.
             cursor.execute(f"ALTER TABLE {BLOCK_TABLE} ALTER COLUMN payload SET STORAGE EXTERNAL")
-            cursor.execute(
-                f"CREATE INDEX {BLOCK_TABLE}_node_time ON {BLOCK_TABLE} "
-                "(operator_id, node_id, start_ms)"
-            )
+            cursor.execute(_BLOCK_INDEX)
             cursor.execute(f"CREATE TABLE {BLOCK_TABLE}_default PARTITION OF {BLOCK_TABLE} DEFAULT")
             _secure_partition(connection, f"{BLOCK_TABLE}_default")
         else:
             cursor.execute(
-                f"""CREATE TABLE {BLOCK_TABLE} (
-                    id integer PRIMARY KEY AUTOINCREMENT,
-                    operator_id bigint NOT NULL,
-                    node_id bigint NOT NULL,
-                    start_ms bigint NOT NULL,
-                    end_ms bigint NOT NULL,
-                    series_count integer NOT NULL,
-                    sample_count integer NOT NULL,
-                    payload blob NOT NULL
-                )"""
+                f"CREATE TABLE {BLOCK_TABLE} (id integer PRIMARY KEY AUTOINCREMENT, "
+                f"{_BLOCK_COLUMNS}, payload blob NOT NULL)"
             )
-            cursor.execute(
-                f"CREATE INDEX {BLOCK_TABLE}_node_time ON {BLOCK_TABLE} "
-                "(operator_id, node_id, start_ms)"
-            )
+            cursor.execute(_BLOCK_INDEX)
     if connection.vendor == "postgresql":
         ensure_partitions(connection, days_back=8, days_ahead=7)
 
@@ -255,8 +245,6 @@ def read_block_payloads(
     )
     params = [operator_id, *ids, t0_ms - MAX_BLOCK_SPAN_MS, t1_ms, t0_ms]
     if connection.vendor == "postgresql":
-        import psycopg
-
         # Binary results: bytea as is, not hex text to parse (half the bytes, no parsing).
         # Django's cursors bind client-side, which cannot return binary; a plain psycopg
         # cursor on the same connection (same transaction, same tenant setting) can.

@@ -8,8 +8,12 @@ start-up rather than after a night of lost telemetry.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 from urllib.parse import parse_qs, unquote, urlparse
+
+N = TypeVar("N", int, float)
 
 
 class EnvError(Exception):
@@ -46,32 +50,33 @@ def env_bool(name: str, default: bool) -> bool:
     raise EnvError(f"{name}={raw!r} is not a boolean (use one of {sorted(_TRUE | _FALSE)})")
 
 
-def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
+def _env_number(
+    name: str, default: N, minimum: N | None, parse: Callable[[str], N], kind: str
+) -> N:
     raw = os.environ.get(name)
     if raw is None or raw == "":
         return default
     try:
-        value = int(raw)
+        value = parse(raw)
     except ValueError:
-        raise EnvError(f"{name}={raw!r} is not an integer") from None
+        raise EnvError(f"{name}={raw!r} is not {kind}") from None
     if minimum is not None and value < minimum:
         raise EnvError(f"{name}={value} is below the minimum of {minimum}")
     return value
+
+
+def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
+    return _env_number(name, default, minimum, int, "an integer")
 
 
 def env_float(name: str, default: float, *, minimum: float | None = None) -> float:
-    raw = os.environ.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
+    def finite(raw: str) -> float:
         value = float(raw)
-    except ValueError:
-        raise EnvError(f"{name}={raw!r} is not a number") from None
-    if value != value or value in (float("inf"), float("-inf")):
-        raise EnvError(f"{name}={raw!r} is not a finite number")
-    if minimum is not None and value < minimum:
-        raise EnvError(f"{name}={value} is below the minimum of {minimum}")
-    return value
+        if value != value or value in (float("inf"), float("-inf")):
+            raise EnvError(f"{name}={raw!r} is not a finite number")
+        return value
+
+    return _env_number(name, default, minimum, finite, "a number")
 
 
 def env_list(name: str, default: list[str]) -> list[str]:
