@@ -30,7 +30,17 @@ import time
 from pathlib import Path
 from typing import Any
 
+import django
+import grpc
 import numpy as np
+from django.conf import settings
+from django.db import connections
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from contract import signals
+from contract.wire import ingest_pb2
+from contract.wire.client import BatchSender, open_channel
+from contract.wire.encode import BatchBuilder
 
 GPUS_PER_NODE = 8
 JOB_ID = "bench-job"
@@ -44,9 +54,6 @@ def _template(node: str, series: int, seconds: int, job: str | None, seed: int) 
     """One batch: `series` series (GPU-scope mostly, some node-scope) × `seconds` samples at
     1 Hz, with values shaped like the real signals (constants, small integers, 3-decimal ratios,
     counters, watts to 0.1)."""
-    from contract import signals
-    from contract.wire.encode import BatchBuilder
-
     rng = np.random.default_rng(seed)
     builder = BatchBuilder(f"bench-{node}")
     ts = np.arange(seconds, dtype=np.float64) + 1.0e9  # replaced per batch
@@ -81,9 +88,6 @@ def _template(node: str, series: int, seconds: int, job: str | None, seed: int) 
 def _agent(
     port: int, token: str, index: int, args: dict[str, Any], deadline: float, out: Any
 ) -> None:
-    from contract.wire import ingest_pb2
-    from contract.wire.client import BatchSender, open_channel
-
     node = f"bench-{args['run']}-node-{index}"
     job = JOB_ID if index < JOB_NODES else None
     seconds = args["batch_seconds"]
@@ -146,9 +150,6 @@ def _free_port() -> int:
 
 
 def _wait_healthy(port: int, timeout: float = 60) -> None:
-    import grpc
-    from grpc_health.v1 import health_pb2, health_pb2_grpc
-
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
@@ -165,14 +166,11 @@ def _wait_healthy(port: int, timeout: float = 60) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import django
-
     django.setup()
-    from django.conf import settings
-
     if not settings.IS_POSTGRES:
         print("proof bench ingest: needs PostgreSQL (set DATABASE_URL)", file=sys.stderr)
         return 2
+    # After django.setup(): these import models.
     from ingest import selectors, storage
     from tenants import services as tenant_services
 
@@ -294,8 +292,6 @@ def run(args: argparse.Namespace) -> int:
 def bare_copy_rate(samples: int, series: int) -> float:
     """Binary COPY of `samples` plain rows into a fresh unindexed table (as the owner when
     configured, else a temporary table), the COPY payload pre-built with numpy."""
-    from django.db import connections
-
     alias = "owner" if "owner" in connections.settings else "default"
     connection = connections[alias]
     table = "ingest_bench_copy" if alias == "owner" else "pg_temp.ingest_bench_copy"

@@ -7,6 +7,7 @@ and Prometheus metrics on --metrics-port + worker index.
 
 from __future__ import annotations
 
+import argparse
 import logging
 import signal
 import subprocess
@@ -62,18 +63,14 @@ def add_server_arguments(parser: Any) -> None:
         help="Prometheus metrics HTTP port (worker i uses port + i; 0 disables)",
     )
     parser.add_argument("--metrics-host", default="127.0.0.1")
-    parser.add_argument("--worker-index", type=int, default=0, help=argparse_hidden())
-
-
-def argparse_hidden() -> str:
-    import argparse
-
-    return argparse.SUPPRESS
+    parser.add_argument("--worker-index", type=int, default=0, help=argparse.SUPPRESS)
 
 
 def serve(options: dict[str, Any]) -> int:
     if options["workers"] > 1:
         return _supervise(options)
+    # Not at module top: `proof`'s parser imports this module for its arguments, and neither
+    # it nor the --workers supervisor should load gRPC and the server to do so.
     from prometheus_client import start_http_server
 
     from ingest.server import IngestServer, InsecureBindRefused
