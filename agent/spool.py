@@ -271,7 +271,7 @@ class Spool:
                         continue
                     fh = handles.get(entry.segment.path)
                     if fh is None:
-                        fh = handles[entry.segment.path] = open(entry.segment.path, "rb")  # noqa: SIM115
+                        fh = handles[entry.segment.path] = open(entry.segment.path, "rb")  # noqa: SIM115 - one per segment, all closed below
                     fh.seek(entry.offset)
                     out.append((entry.seq, fh.read(entry.length)))
                     if len(out) >= max_batches:

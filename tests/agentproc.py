@@ -75,7 +75,7 @@ class AgentProcess:
         self.out_path = logs / "agent.stdout"
         self.err_path = logs / "agent.stderr"
         self._out = open(self.out_path, "w")  # noqa: SIM115 - closed in wait()
-        self._err = open(self.err_path, "w")  # noqa: SIM115
+        self._err = open(self.err_path, "w")  # noqa: SIM115 - closed in wait()
         self.proc = subprocess.Popen(
             [*agent_command(), *args],
             cwd=REPO,

@@ -128,7 +128,7 @@ print("done " + json.dumps({"launches": launches, "syncs": syncs, "memcpy_dtoh":
 
 def run_cmd(argv: list[str], timeout: float = 60) -> dict[str, Any]:
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)  # noqa: S603
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)  # noqa: S603 - our fixed argv: nvidia-smi, nvcc on our bundled source
     except (OSError, subprocess.TimeoutExpired) as exc:
         return {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
     return {
@@ -216,14 +216,15 @@ class Workload:
 
     def start(self) -> dict[str, Any]:
         for kind, argv in self.argv_candidates():
-            proc = subprocess.Popen(  # noqa: S603
+            proc = subprocess.Popen(  # noqa: S603 - the smoke workloads we wrote out or built
                 argv,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 text=True,
                 env={**os.environ, **ENV},
             )
-            assert proc.stdout is not None  # noqa: S101
+            if proc.stdout is None:  # cannot be: opened as PIPE
+                raise RuntimeError("the workload's stdout is not a pipe")
             line = proc.stdout.readline().strip()
             if line.startswith("ready"):
                 self.proc, self.kind = proc, kind
