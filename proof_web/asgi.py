@@ -7,6 +7,8 @@ from django.core.asgi import get_asgi_application
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "proof_web.settings")
 django_asgi_app = get_asgi_application()
 
+# E402 below: these import models (Channels' auth, our consumers), so they must come after
+# get_asgi_application() has set Django up; Channels documents this order.
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
