@@ -21,7 +21,9 @@ from typing import Any
 
 import numpy as np
 
+from engine.analyze import analyze_trace
 from engine.detectors.common import GPU_TIME_FAMILIES, SLOWDOWN_FAMILIES
+from simulator import list_scenarios, simulate
 
 # Families whose detection must land within 30 s of the injected onset (issue 6 targets).
 DELAY_TARGET_FAMILIES = ("slow_rank", "sequence_imbalance", "checkpoint_stall", "hardware_fault")
@@ -69,9 +71,6 @@ def subject_matches(truth: dict[str, Any] | None, got: dict[str, Any]) -> bool:
 def run_one(
     scenario: str, seed: int, duration: float, nodes: int | None, gpn: int | None, tmp: str
 ) -> Outcome:
-    from engine.analyze import analyze_trace
-    from simulator import simulate
-
     t0 = time.perf_counter()
     sim = simulate(scenario, seed=seed, duration_s=duration, nodes=nodes, gpus_per_node=gpn)
     path = os.path.join(tmp, f"{scenario}-{seed}.jsonl.gz")
@@ -175,8 +174,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from simulator import list_scenarios
-
     names = [s.name for s in list_scenarios()]
     if args.scenario:
         unknown = set(args.scenario) - set(names)

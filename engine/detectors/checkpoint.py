@@ -15,7 +15,7 @@ import numpy as np
 from contract import signals
 from contract.rows import SeriesData
 from contract.verdicts import subject
-from engine.detectors.common import gpu_hours, hhmmss
+from engine.detectors.common import gpu_hours, hhmmss, step_seconds
 from engine.findings import INFRASTRUCTURE, Cleared, Finding
 from engine.window import JobWindow
 
@@ -125,18 +125,7 @@ def detect_checkpoint_stall(w: JobWindow) -> list[Finding]:
     if got is None:
         return []
     idle, gap = got
-    steps = w.steps
-    step_s = float("nan")
-    if len(steps) >= 3:
-        ok = np.isfinite(steps.step)
-        if ok.sum() >= 3:
-            ds = np.diff(steps.step[ok])
-            dt = np.diff(steps.ts[ok])
-            good = ds > 0
-            if good.any():
-                step_s = float(np.median(dt[good] / ds[good]))
-        if not np.isfinite(step_s) and np.isfinite(steps.iter_ms).any():
-            step_s = float(np.nanmedian(steps.iter_ms)) / 1000.0
+    step_s = step_seconds(w)
     min_stall = max(MIN_STALL_S, MIN_STALL_STEPS * step_s) if np.isfinite(step_s) else MIN_STALL_S
     stalls: list[tuple[float, float, str | None]] = []
     for c in w.checkpoints:

@@ -9,6 +9,7 @@ from contract import signals
 from contract.parsers import training as tp
 from contract.verdicts import subject
 from engine.detectors.common import MIN_SAMPLES, gpu_hours, hhmmss, shift_start
+from engine.detectors.hardware import fault_events
 from engine.findings import JOB, Finding
 from engine.window import JobWindow, StepTable
 
@@ -134,8 +135,6 @@ def detect_numerical_divergence(w: JobWindow) -> list[Finding]:
         return []
     ix, how = found
     t_x = float(st.ts[ix])
-    from engine.detectors.hardware import fault_events  # shared, avoids a cycle
-
     if any(e.ts <= t_x + 1.0 for e in fault_events(w)):
         return []
     pre = st.loss[:ix]
@@ -483,8 +482,6 @@ def _hang_from_timeouts(w: JobWindow) -> list[Finding]:
     timeouts = [(e, found) for e in w.log_events if (found := tp.collective_timeout(e.text))]
     if not timeouts:
         return []
-    from engine.detectors.hardware import fault_events
-
     if fault_events(w):
         return []  # a GPU/driver fault explains the hang: hardware_fault owns it
     first, (op, timeout_ms) = timeouts[0]
@@ -629,8 +626,6 @@ def detect_collective_hang(w: JobWindow) -> list[Finding]:
     if stuck[row] > 0.5:
         return []
     r = w.ranks[row]
-    from engine.detectors.hardware import fault_events
-
     if any(e.gpu == r.gpu or (not e.gpu and e.node == r.node) for e in fault_events(w)):
         return []
     a, b = w.ts_at(a_i), w.ts_at(b_i - 1)
