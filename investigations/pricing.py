@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from contract import signals
+from ingest import selectors as ingest_selectors
 
 METHOD_ENGINE_EBPF = "engine+ebpf"
 METHOD_ENGINE = "engine"
@@ -120,8 +121,6 @@ def _busy(
 
 def gpu_models(operator_id: int, nodes: Iterable[str]) -> dict[str, str]:
     """GPU uuid → model name (as registered by the nodes' agents)."""
-    from ingest import selectors as ingest_selectors
-
     models: dict[str, str] = {}
     for node in nodes:
         inventory = ingest_selectors.node_inventory(operator_id, node) if node else None
