@@ -8,9 +8,15 @@ from pathlib import Path
 
 import pytest
 
+from contract.cli import dispatch
 from contract.trace import validate_trace
-from proof_web.cli import main
 from simulator import list_scenarios
+
+
+def main(argv: list[str]) -> int:
+    """`proof simulate …` through the same dispatcher as `proof` (proof_web.cli registers
+    simulator.cli as `simulate`; the simulator's tests do not import the server layer)."""
+    return dispatch("proof", "", {"simulate": ("simulator.cli", "simulate")}, argv)
 
 
 def test_list_prints_one_line_per_scenario(capsys: pytest.CaptureFixture[str]) -> None:
