@@ -10,6 +10,8 @@ import os
 import sys
 import time
 
+from simulator import UnknownScenario, list_scenarios, simulate
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("scenario", nargs="?", help="scenario name (see --list)")
@@ -33,8 +35,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from simulator import UnknownScenario, list_scenarios, simulate
-
     if args.list:
         infos = list_scenarios()
         width = max(len(i.name) for i in infos)

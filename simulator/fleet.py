@@ -20,6 +20,7 @@ from simulator.hardware import (
     GpuActivity,
     GpuFaults,
     GpuSpec,
+    gpu_uuid,
     round_ratio,
     simulate_gpus,
 )
@@ -238,8 +239,6 @@ def make_fleet(
     start_ts: float,
     interval_s: float = 1.0,
 ) -> Fleet:
-    from simulator.hardware import gpu_uuid
-
     pattern = _HOST_PATTERNS[int(rng.integers(len(_HOST_PATTERNS)))]
     numbers = rng.choice(np.arange(1, 512), size=n_nodes, replace=False)
     numbers.sort()

@@ -168,6 +168,7 @@ class LiveJob:
 def evaluate_live(operator_id: int) -> dict[str, LiveJob]:
     """Evaluate every due job of the operator as the live pipeline does; its jobs and
     incidents from the database, by job id."""
+    # The server apps only here: the NodeAgent half of this module runs without Django.
     from ingest.models import Job, JobRank
     from investigations import selectors, services, tasks
     from investigations.models import Incident

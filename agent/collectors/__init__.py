@@ -6,7 +6,14 @@ constructor argument, and a source that cannot be read is logged once and yields
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from agent.collectors.dcgm import DcgmCollector
+from agent.collectors.identity import IdentityCollector
+from agent.collectors.inbox import InboxCollector
+from agent.collectors.nvml import NvmlCollector
+from agent.collectors.slurm import SlurmJobs
 
 if TYPE_CHECKING:
     from agent.config import AgentConfig
@@ -22,20 +29,12 @@ def gpu_node_collectors(cfg: AgentConfig, node: str, *, nvml: Any = None) -> lis
     dcgm-exporter, eBPF, kernel-log, InfiniBand, storage, host, log-tail and inference
     collectors are built by their own modules.
     """
-    from pathlib import Path
-
-    from agent.collectors.dcgm import DcgmCollector
-    from agent.collectors.identity import IdentityCollector
-    from agent.collectors.inbox import InboxCollector
-    from agent.collectors.nvml import NvmlCollector
-    from agent.collectors.slurm import SlurmJobs
-
     out: list[Any] = []
     nvml_collector: NvmlCollector | None = None
     if cfg.nvml.enabled:
         if nvml is None:
             try:
-                import pynvml as real_nvml
+                import pynvml as real_nvml  # optional hardware library: absent off GPU nodes
 
                 nvml = real_nvml
             except ImportError:

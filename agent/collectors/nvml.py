@@ -611,6 +611,6 @@ def describe_init_error(nv: Any, exc: BaseException) -> str:
 
 def load_pynvml() -> Any:
     """The real `pynvml` module (nvidia-ml-py); ImportError when it is not installed."""
-    import pynvml
+    import pynvml  # optional hardware library: absent off GPU nodes, so imported on demand
 
     return pynvml

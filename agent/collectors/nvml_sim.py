@@ -20,6 +20,8 @@ from typing import Any
 
 import pynvml as _real
 
+from contract import signals
+
 GIB = 1024**3
 
 
@@ -111,8 +113,6 @@ class SimulatedNvml:
         return nv
 
     def set_sample(self, t: int) -> None:
-        from contract import signals as s
-
         hw = self.hardware
         if hw is None:
             raise ValueError("set_sample needs a simulator built with from_hardware()")
@@ -120,38 +120,39 @@ class SimulatedNvml:
             _real.NVML_MEMORY_ERROR_TYPE_CORRECTED,
             _real.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
         )
+        volatile = _real.NVML_VOLATILE_ECC
         for i, g in enumerate(self.gpus):
 
             def at(name: str, default: float = 0.0, i: int = i) -> float:
                 arr = hw.get(name)
                 return default if arr is None else float(arr[i, t])
 
-            util = at(s.DCGM_FI_DEV_GPU_UTIL)
+            util = at(signals.DCGM_FI_DEV_GPU_UTIL)
             if util != util or util < 0:  # NaN or -1: the model lost this GPU
                 g.lost = True
                 continue
             mib = 1024 * 1024
-            used = int(at(s.DCGM_FI_DEV_FB_USED))
+            used = int(at(signals.DCGM_FI_DEV_FB_USED))
             g.util_gpu = int(util)
             g.memory_used = used * mib
-            g.memory_total = (used + int(at(s.DCGM_FI_DEV_FB_FREE))) * mib
-            g.power_mw = round(at(s.DCGM_FI_DEV_POWER_USAGE) * 1000)
-            g.temp_c = round(at(s.DCGM_FI_DEV_GPU_TEMP))
-            g.memory_temp_c = round(at(s.DCGM_FI_DEV_MEMORY_TEMP))
-            g.sm_clock_mhz = int(at(s.DCGM_FI_DEV_SM_CLOCK))
-            g.throttle_reasons = int(at(s.DCGM_FI_DEV_CLOCK_THROTTLE_REASONS))
-            g.pcie_gen = int(at(s.DCGM_FI_DEV_PCIE_LINK_GEN))
-            g.pcie_width = int(at(s.DCGM_FI_DEV_PCIE_LINK_WIDTH))
-            g.pcie_replay = int(at(s.DCGM_FI_DEV_PCIE_REPLAY_COUNTER))
-            g.ecc[(corrected, _real.NVML_VOLATILE_ECC)] = int(at(s.DCGM_FI_DEV_ECC_SBE_VOL_TOTAL))
-            g.ecc[(uncorrected, _real.NVML_VOLATILE_ECC)] = int(at(s.DCGM_FI_DEV_ECC_DBE_VOL_TOTAL))
+            g.memory_total = (used + int(at(signals.DCGM_FI_DEV_FB_FREE))) * mib
+            g.power_mw = round(at(signals.DCGM_FI_DEV_POWER_USAGE) * 1000)
+            g.temp_c = round(at(signals.DCGM_FI_DEV_GPU_TEMP))
+            g.memory_temp_c = round(at(signals.DCGM_FI_DEV_MEMORY_TEMP))
+            g.sm_clock_mhz = int(at(signals.DCGM_FI_DEV_SM_CLOCK))
+            g.throttle_reasons = int(at(signals.DCGM_FI_DEV_CLOCK_THROTTLE_REASONS))
+            g.pcie_gen = int(at(signals.DCGM_FI_DEV_PCIE_LINK_GEN))
+            g.pcie_width = int(at(signals.DCGM_FI_DEV_PCIE_LINK_WIDTH))
+            g.pcie_replay = int(at(signals.DCGM_FI_DEV_PCIE_REPLAY_COUNTER))
+            g.ecc[(corrected, volatile)] = int(at(signals.DCGM_FI_DEV_ECC_SBE_VOL_TOTAL))
+            g.ecc[(uncorrected, volatile)] = int(at(signals.DCGM_FI_DEV_ECC_DBE_VOL_TOTAL))
             g.remapped_rows = (
-                int(at(s.DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS)),
-                int(at(s.DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS)),
+                int(at(signals.DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS)),
+                int(at(signals.DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS)),
                 0,
-                int(at(s.DCGM_FI_DEV_ROW_REMAP_FAILURE)),
+                int(at(signals.DCGM_FI_DEV_ROW_REMAP_FAILURE)),
             )
-            g.nvlink_crc_flit = [int(at(s.DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL))]
+            g.nvlink_crc_flit = [int(at(signals.DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL))]
 
     # --- fault injection -----------------------------------------------------------------------
 
@@ -289,7 +290,7 @@ class SimulatedNvml:
         g = self._gpu("nvmlDeviceGetNvLinkState", handle)
         if link >= len(g.nvlink_crc_flit):
             self._raise(_real.NVML_ERROR_INVALID_ARGUMENT)
-        return _real.NVML_FEATURE_ENABLED
+        return int(_real.NVML_FEATURE_ENABLED)
 
     def nvmlDeviceGetNvLinkErrorCounter(self, handle: _Handle, link: int, counter: int) -> int:
         g = self._gpu("nvmlDeviceGetNvLinkErrorCounter", handle)

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from importlib import metadata
 from typing import Any
 
-from agent.runtime import AcceleratedClock, Clock, Collector
+from agent.config import ConfigError, load_config
+from agent.runtime import AcceleratedClock, Clock, Collector, SystemClock
 
 log = logging.getLogger(__name__)
 
@@ -118,8 +119,7 @@ def _assemble_node(
     """This node's collectors from the config file (agent.runtime.node_backend).
 
     `inject` (tests, the bench): `nvml`, `fetch`, `ebpf_status` for NodeBackend.from_config."""
-    from agent.config import ConfigError, load_config
-    from agent.runtime import SystemClock
+    # Each backend is loaded only when chosen: this one imports every node collector.
     from agent.runtime.node_backend import NodeBackend
 
     try:
@@ -167,14 +167,13 @@ def _assemble_node(
 
 
 def _assemble_sim(args: argparse.Namespace) -> Assembled:
-    from agent.runtime.sim_backend import SimBackend
-
     if args.duration is None:
         args.duration = args.default_duration
     if not args.scenario:
         raise BackendError("--backend sim needs --scenario (see `proof simulate --list`)")
     try:
-        import simulator  # noqa: F401
+        # Each backend is loaded only when chosen: this one imports the simulator.
+        from agent.runtime.sim_backend import SimBackend
     except ImportError as exc:
         raise BackendError(f"the simulator is not available: {exc}") from exc
     if args.start_ts is not None:

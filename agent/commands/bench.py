@@ -18,6 +18,7 @@ import sys
 from dataclasses import asdict
 
 from agent.ebpf import bench as ebpf_bench
+from agent.runtime.bench_node import bench_node
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -39,8 +40,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.ebpf:
         return ebpf_bench.run(args)
-    from agent.runtime.bench_node import bench_node
-
     if args.duration <= 0:
         print("proof-agent bench: --duration must be > 0", file=sys.stderr)
         return 2

@@ -4,9 +4,9 @@
 
 One line per source: OK with what was found, `unavailable` with the reason and what to do,
 or `off` when the config turns it off. Exit status 0 whatever is unavailable (a node without
-InfiniBand is not broken); 2 only when the config file itself is wrong. Every check is guarded
-and imports the other collectors lazily, so doctor runs on any node, in the single-file
-executable, without the optional pieces.
+InfiniBand is not broken); 2 only when the config file itself is wrong. Every check is guarded,
+and those that need an optional piece (pynvml, bcc, the transport) import it in a guard, so
+doctor runs on any node, in the single-file executable, without the optional pieces.
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from agent.collectors._common import open_http
+from agent.collectors.dcgm import DEFAULT_BINDINGS_PATHS, DcgmCollector
+from agent.collectors.nvml import NvmlCollector
 from agent.config import AgentConfig, ConfigError, load_config
 from agent.spool import DEAD_LETTER_DIR, DeadLetter
 
@@ -52,11 +54,9 @@ def check_nvml(cfg: AgentConfig) -> Check:
     if not cfg.nvml.enabled:
         return Check("NVML", OFF, "[nvml] enabled = false")
     try:
-        import pynvml
+        import pynvml  # optional hardware library (nvidia-ml-py): absent off GPU nodes
     except ImportError:
         return Check("NVML", UNAVAILABLE, "nvidia-ml-py (pynvml) is not installed")
-    from agent.collectors.nvml import NvmlCollector
-
     col = NvmlCollector(pynvml, node=cfg.agent.node or None)
     if not col.start():
         return Check("NVML", UNAVAILABLE, col.unavailable_reason or "unknown")
@@ -73,8 +73,6 @@ def check_nvml(cfg: AgentConfig) -> Check:
 def check_dcgm_bindings(cfg: AgentConfig) -> Check:
     if cfg.dcgm.mode != "bindings":
         return Check("DCGM bindings", OFF, f"[dcgm] mode = {cfg.dcgm.mode!r}")
-    from agent.collectors.dcgm import DEFAULT_BINDINGS_PATHS, DcgmCollector
-
     paths = [
         cfg.dcgm.bindings_path,
         *(p for p in DEFAULT_BINDINGS_PATHS if p != cfg.dcgm.bindings_path),
@@ -111,7 +109,8 @@ def check_ebpf(cfg: AgentConfig) -> list[Check]:
         return [Check("eBPF uprobes", OFF, "[ebpf] enabled = false")]
     checks: list[Check] = []
     try:
-        from agent.ebpf import ebpf_status
+        # Guarded (module docstring): doctor reports a missing piece instead of failing.
+        from agent.ebpf.node import ebpf_status
     except ImportError as exc:
         checks.append(
             Check("eBPF uprobes", UNAVAILABLE, f"the eBPF collector is not installed ({exc})")
@@ -250,6 +249,7 @@ def check_inference(cfg: AgentConfig, timeout: float) -> Check:
     discovered: list[str] = []
     if cfg.inference.discover:
         try:
+            # Guarded (module docstring): doctor reports a missing piece instead of failing.
             from agent.collectors.inference import discover
 
             servers = discover(cfg.paths.proc_root)
@@ -310,6 +310,7 @@ def check_server(cfg: AgentConfig, timeout: float) -> Check:
     # The transport, when present, can prove the token with a real Register call.
     verify = None
     try:
+        # Guarded (module docstring): doctor reports a missing piece instead of failing.
         from agent import transport
 
         verify = getattr(transport, "check_server", None)

@@ -69,12 +69,14 @@ from agent.collectors.identity import (
     ProcessIdentity,
     _first_int,
     identity_from_own_environment,
-    inference_server,
     parse_environ,
     read_stat,
 )
+from agent.runtime.sinks import TraceSink
 from contract import signals as names
+from contract.identity import inference_server
 from contract.limits import clean_line, decode_output
+from contract.parsers.training import LogParser, strip_prefix
 
 log = logging.getLogger(__name__)
 
@@ -151,8 +153,6 @@ def out_path(template: str, ident: ProcessIdentity, node: str) -> str:
 
 
 def _open_sink(args: argparse.Namespace, node: str, meta: dict[str, Any], out: str | None) -> Any:
-    from agent.runtime.sinks import TraceSink
-
     if out:
         return TraceSink(out, meta)
     inbox = args.inbox
@@ -211,43 +211,35 @@ class _Recorder:
 
     def __init__(self, base: Record) -> None:
         self.base = base
-        self.parsers: dict[str, Any] = {}
+        self.parsers: dict[str, LogParser] = {}
         self.first_progress_ts: float | None = None  # a training-progress line: kind training
         self.kind_written = False
-        try:
-            from contract.parsers.training import LogParser, strip_prefix
-
-            self._parser_cls: Any = LogParser
-            self._strip_prefix: Any = strip_prefix
-        except ImportError:  # the training parsers are optional here
-            self._parser_cls = None
 
     def _prefix_rank(self, line: str) -> int | None:
-        return self._strip_prefix(line)[1] if line.startswith("[") else None
+        return strip_prefix(line)[1] if line.startswith("[") else None
 
     def log_record(self, ts: float, stream: str, raw: bytes) -> Record:
         if raw.endswith(b"\r"):
             raw = raw[:-1]
         line = clean_line(decode_output(raw))  # NUL, bad UTF-8, long lines: contract/limits.py
         rec: Record = {"type": "log", "ts": ts, "line": line, "stream": stream, **self.base}
-        if self._parser_cls is not None:
-            parser = self.parsers.get(stream)
-            if parser is None:
-                parser = self.parsers[stream] = self._parser_cls()
-            parsed = parser.feed(line)
-            if parsed is not None:
-                rec["parsed"] = parsed.to_dict()
-                if parsed.step is not None:
-                    rec[names.STEP] = parsed.step
-                    if self.first_progress_ts is None and parsed.loss is not None:
-                        self.first_progress_ts = ts
-            if names.STEP not in rec and parser.last_step is not None:
-                rec[names.STEP] = parser.last_step
-            if names.RANK not in rec:
-                # A launcher's output: the rank is the one its prefix names (`[rank1]:`).
-                rank = parsed.rank if parsed is not None else self._prefix_rank(line)
-                if rank is not None:
-                    rec[names.RANK] = rank
+        parser = self.parsers.get(stream)
+        if parser is None:
+            parser = self.parsers[stream] = LogParser()
+        parsed = parser.feed(line)
+        if parsed is not None:
+            rec["parsed"] = parsed.to_dict()
+            if parsed.step is not None:
+                rec[names.STEP] = parsed.step
+                if self.first_progress_ts is None and parsed.loss is not None:
+                    self.first_progress_ts = ts
+        if names.STEP not in rec and parser.last_step is not None:
+            rec[names.STEP] = parser.last_step
+        if names.RANK not in rec:
+            # A launcher's output: the rank is the one its prefix names (`[rank1]:`).
+            rank = parsed.rank if parsed is not None else self._prefix_rank(line)
+            if rank is not None:
+                rec[names.RANK] = rank
         return rec
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import fcntl
+import mmap
 import os
 import platform
 import struct
@@ -394,8 +395,6 @@ class RingBuffer:
     _HEADER = 8
 
     def __init__(self, map_fd: int, data_size: int) -> None:
-        import mmap
-
         self.page = mmap.PAGESIZE
         self.mask = data_size - 1
         self.consumer = mmap.mmap(

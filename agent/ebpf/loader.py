@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import TypeVar
 
+from agent.ebpf._bcc import import_bcc, load_failure_hints
 from agent.ebpf.calls import PROBES, cflags
 
 MAP_NAMES: tuple[str, ...] = ("stats", "control", "last_launch", "inflight", "group_state")
@@ -149,8 +150,6 @@ def load_in_child(
 def _child_main(sock_fd: int, spec_name: str, extra_cflags: list[str]) -> int:
     sock = socket.socket(fileno=sock_fd)
     try:
-        from agent.ebpf._bcc import import_bcc, load_failure_hints
-
         try:
             spec = SPECS[spec_name]
             bcc = import_bcc()

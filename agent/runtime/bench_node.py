@@ -27,9 +27,27 @@ import shutil
 import tempfile
 import threading
 import time
+from concurrent import futures
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import grpc
+
+from agent.collectors.host import HostCollector
+from agent.collectors.infiniband import InfinibandCollector
+from agent.collectors.kmsg import KmsgCollector
+from agent.collectors.logtail import LogTailCollector, TailSpec
+from agent.collectors.storage import StorageCollector
+from agent.ebpf.node import build_collectors
+from agent.ebpf.probe_target import BuildError, Built, Driver, build
+from agent.runtime.base import AcceleratedClock
+from agent.runtime.loop import Agent
+from agent.runtime.sim_backend import SimBackend
+from agent.spool import Spool
+from agent.transport.sink import GrpcSink
+from contract.wire import ingest_pb2, ingest_pb2_grpc
+from contract.wire.client import BatchSender, open_channel
 
 DATA = Path(__file__).resolve().parent.parent / "tests" / "data"
 JOB_LOG = DATA / "training" / "megatron_lm_core_r0.8.0_gpt3_7b_8gpu.log"
@@ -90,12 +108,6 @@ class NodeBench:
 
 def _serve_acks(conn: Any) -> None:
     """Acks every batch; counts distinct series and samples. Reports on 'stop'."""
-    from concurrent import futures
-
-    import grpc
-
-    from contract.wire import ingest_pb2, ingest_pb2_grpc
-
     series: set[tuple[Any, ...]] = set()
     counts = {"batches": 0, "samples": 0}
 
@@ -169,8 +181,6 @@ RANK_SECOND = (
 def _drive_ranks(libdir: str, driver: str, ranks: int, conn: Any) -> None:
     """Runs `ranks` stand-in GPU processes, each making RANK_SECOND's calls every second, until
     told to stop; sends their pids first."""
-    from agent.ebpf.probe_target import Built, Driver
-
     built = Built(libdir=Path(libdir), driver=Path(driver))
     drivers = [Driver(built) for _ in range(ranks)]
     conn.send([d.pid for d in drivers])
@@ -211,12 +221,6 @@ class Timed:
 
 
 def _fixture_collectors(root: Path, notes: list[str]) -> tuple[list[Any], Path | None]:
-    from agent.collectors.host import HostCollector
-    from agent.collectors.infiniband import InfinibandCollector
-    from agent.collectors.kmsg import KmsgCollector
-    from agent.collectors.logtail import LogTailCollector, TailSpec
-    from agent.collectors.storage import StorageCollector
-
     collectors: list[Any] = [HostCollector("/proc")]
     kmsg = root / "kmsg"
     kmsg.write_text("")
@@ -224,6 +228,7 @@ def _fixture_collectors(root: Path, notes: list[str]) -> tuple[list[Any], Path |
     if not DATA.is_dir():
         notes.append(f"note: fixtures not found at {DATA}: IB/storage/job-log sources left out")
         return collectors, None
+    # agent/tests ships with the checkout, not the zipapp: needed only where its fixtures are.
     from agent.tests.ttar import extract
 
     extract(DATA / "infiniband" / "sysfs_infiniband_counters_hw_counters_procfs.ttar", root / "sys")
@@ -248,9 +253,6 @@ def _real_ebpf(
     """The real eBPF collectors (uprobes + fd 1/2 capture), loaded before the clock starts, on
     `ranks` stand-in GPU processes driven from a separate process. ([], note) where BPF or a
     C compiler is missing."""
-    from agent.ebpf import build_collectors
-    from agent.ebpf.probe_target import BuildError, build
-
     collectors = build_collectors(node=node, capture_output=True)
     # Loaded the agent's way: bcc compiles in a short-lived child (not this process's RSS).
     if not collectors[0].start():
@@ -299,13 +301,6 @@ def bench_node(
     seed: int = 1,
     ebpf: bool = True,
 ) -> NodeBench:
-    from agent.runtime.base import AcceleratedClock
-    from agent.runtime.loop import Agent
-    from agent.runtime.sim_backend import SimBackend
-    from agent.spool import Spool
-    from agent.transport.sink import GrpcSink
-    from contract.wire.client import BatchSender, open_channel
-
     notes: list[str] = []
     ctx = multiprocessing.get_context("spawn")
     parent, child = ctx.Pipe()

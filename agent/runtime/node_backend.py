@@ -23,8 +23,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agent.collectors import gpu_node_collectors
+from agent.collectors.dcgm_exporter import DcgmExporterCollector
+from agent.collectors.host import HostCollector
+from agent.collectors.inference import InferenceCollector, InferenceServer
+from agent.collectors.infiniband import InfinibandCollector
+from agent.collectors.kmsg import KmsgCollector
+from agent.collectors.logtail import STDERR, STDOUT, LogTailCollector, TailSpec
+from agent.collectors.storage import StorageCollector
 from agent.config import DEFAULT_PATHS, AgentConfig
+from agent.ebpf.node import build_collectors
 from agent.runtime.base import Record
+from contract.parsers.kernel import normalize_pci
 
 log = logging.getLogger(__name__)
 
@@ -42,8 +52,6 @@ class JobOutputFollower:
         self.following: set[tuple[str, str]] = set()
 
     def collect(self, now: float) -> list[Record]:
-        from agent.collectors.logtail import STDERR, STDOUT, TailSpec
-
         out: list[Record] = self.inner.collect(now)
         for rec in out:
             if rec.get("type") != "job":
@@ -71,8 +79,6 @@ class JobOutputFollower:
 
 
 def _ebpf_collectors(cfg: AgentConfig, node: str) -> list[Any]:
-    from agent.ebpf import build_collectors
-
     return build_collectors(
         node=node,
         proc_root=cfg.paths.proc_root,
@@ -83,8 +89,6 @@ def _ebpf_collectors(cfg: AgentConfig, node: str) -> list[Any]:
 
 def _pci_lookup(nvml: Any, nvml_collector: Any) -> Callable[[str], str | None]:
     """PCI bus id → GPU UUID, from NVML (built on first use, after NVML started)."""
-    from contract.parsers.kernel import normalize_pci
-
     cache: dict[str, str] = {}
     built = False
 
@@ -142,22 +146,13 @@ class NodeBackend:
         fetch: Any = None,
         ebpf_status: EbpfStatus | None = None,
     ) -> NodeBackend:
-        from agent.collectors import gpu_node_collectors
-        from agent.collectors.dcgm_exporter import DcgmExporterCollector
-        from agent.collectors.host import HostCollector
-        from agent.collectors.inference import InferenceCollector, InferenceServer
-        from agent.collectors.infiniband import InfinibandCollector
-        from agent.collectors.kmsg import KmsgCollector
-        from agent.collectors.logtail import LogTailCollector, TailSpec
-        from agent.collectors.storage import StorageCollector
-
         node = node or cfg.agent.node or socket.gethostname()
         paths = cfg.paths
         proc = paths.proc_root
         http: dict[str, Any] = {} if fetch is None else {"fetch": fetch}
         if nvml is None and cfg.nvml.enabled:
             try:
-                import pynvml
+                import pynvml  # optional hardware library (nvidia-ml-py): absent off GPU nodes
 
                 nvml = pynvml
             except ImportError as exc:

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol
 
+import simulator
 from agent.runtime.base import Record
 from contract import signals
 from contract.trace.records import (
@@ -249,9 +250,7 @@ class SimBackend:
         simulate: SimulateFn | None = None,
     ) -> SimBackend:
         if simulate is None:
-            from simulator import simulate as simulate_default
-
-            simulate = simulate_default
+            simulate = simulator.simulate
         run = simulate(
             scenario,
             seed=seed,
@@ -277,6 +276,27 @@ class SimBackend:
             if k not in ("type", "format", "version", "truth")
         }
         meta["backend"] = "sim"
-        if self.node is not None:
-            meta["node"] = self.node
+        nodes = [self.node] if self.node is not None else list(self.run.meta.get("nodes") or [])
+        if len(nodes) == 1:
+            # One simulated node: the agent registers it with ingest as the node backend
+            # registers a real one (hostname, GPUs and their model, as NVML names it).
+            meta["node"] = nodes[0]
+            meta["gpus"] = self.node_gpus(nodes[0])
         return meta, self.run.meta.get("truth")
+
+    def node_gpus(self, node: str) -> list[dict[str, Any]]:
+        """The simulated node's GPUs as the NVML collector reports them (uuid, index, model):
+        those with a power reading in the run."""
+        series = getattr(self.run, "series", None)
+        if series is None:
+            return []
+        model = self.run.meta.get("gpu_model")
+        found = {
+            str(ident[signals.GPU]): ident.get(signals.GPU_INDEX)
+            for ident, _ in series(signals.DCGM_FI_DEV_POWER_USAGE, node=node)
+            if ident.get(signals.GPU)
+        }
+        return [
+            {"uuid": uuid, "index": index, **({"model": model} if model else {})}
+            for uuid, index in sorted(found.items(), key=lambda kv: (kv[1] is None, kv[1], kv[0]))
+        ]

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,6 +20,7 @@ from agent.collectors.identity import (
 )
 from agent.collectors.nvml import GpuRef
 from agent.collectors.slurm import SlurmJobs
+from agent.runtime import IdentityJoin
 from contract import signals
 from contract.trace.records import check_record
 
@@ -269,8 +271,6 @@ def test_no_slurm_on_node_asks_nothing(tmp_path: Path) -> None:
 def test_runtime_join_forgets_a_process_that_is_gone(tmp_path: Path) -> None:
     """process_gone ends a pid in the agent's identity join like an exit record, so a reused
     pid never inherits the old process's job and rank."""
-    from agent.runtime import IdentityJoin
-
     make_proc(tmp_path, 400, {"SLURM_JOB_ID": "1", "RANK": "7"}, start=100)
     gpu_map = {400: [G0]}
     col = IdentityCollector(node=NODE, proc_root=tmp_path, gpu_pids=lambda: gpu_map)
@@ -296,7 +296,7 @@ def _with_boot_id(root: Path) -> None:
     (d / "boot_id").write_text(BOOT + "\n")
 
 
-def _jobs(records: list[dict]) -> list[dict]:
+def _jobs(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [r for r in records if r["type"] == "job"]
 
 

@@ -1,6 +1,8 @@
+import json
 import logging
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -11,7 +13,7 @@ from contract.trace import check_record
 DATA = Path(__file__).parent / "data" / "training"
 
 
-def lines_of(records: list[dict]) -> list[str]:
+def lines_of(records: list[dict[str, Any]]) -> list[str]:
     return [r["line"] for r in records]
 
 
@@ -129,8 +131,6 @@ def test_parsed_fields_step_and_unknown_lines_kept(tmp_path: Path) -> None:
 
 
 def test_nan_loss_record_is_strict_json(tmp_path: Path) -> None:
-    import json
-
     log = tmp_path / "nan.log"
     log.write_text("")
     col = LogTailCollector([TailSpec(str(log))])

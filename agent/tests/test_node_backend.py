@@ -5,6 +5,7 @@ simulated NVML (the one thing that cannot exist here), run by the real agent loo
 
 from __future__ import annotations
 
+import argparse
 import gzip
 import json
 import logging
@@ -19,7 +20,7 @@ import pytest
 
 from agent.collectors.nvml_sim import SimulatedNvml
 from agent.commands._backend import _assemble_node
-from agent.config import parse_config
+from agent.config import parse_config, schema
 from agent.runtime import Agent, ManualClock, MemorySink
 from agent.runtime.node_backend import NodeBackend
 from agent.tests.fakeproc import write_host_files
@@ -233,8 +234,6 @@ def test_unreadable_source_reported_once_others_keep_going(
 
 
 def test_assembled_meta_and_interval_from_config(tmp_path: Path) -> None:
-    import argparse
-
     proc = fake_proc(tmp_path)
     with serve(ROUTES) as base:
         cfg = node_config(tmp_path, proc, base, agent={"interval_s": 2.0})
@@ -254,8 +253,6 @@ def test_assembled_meta_and_interval_from_config(tmp_path: Path) -> None:
 
 
 def _toml(cfg: Any) -> str:
-    from agent.config import schema
-
     lines: list[str] = []
     for section, keys in schema().items():
         lines.append(f"[{section}]")

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import numpy as np
 import pynvml
 import pytest
 
@@ -9,11 +12,12 @@ from agent.collectors.nvml import NvmlCollector
 from agent.collectors.nvml_sim import SimGpu, SimulatedNvml
 from contract import signals
 from contract.trace.records import check_record
+from simulator.hardware import GpuActivity, GpuFaults, gpu_uuid, simulate_gpus
 
 NODE = "gpu-node-07"
 
 
-def _by_name(records: list[dict], gpu_index: int) -> dict[str, float]:
+def _by_name(records: list[dict[str, Any]], gpu_index: int) -> dict[str, float]:
     return {
         r["name"]: r["value"]
         for r in records
@@ -21,7 +25,7 @@ def _by_name(records: list[dict], gpu_index: int) -> dict[str, float]:
     }
 
 
-def _events(records: list[dict], name: str) -> list[dict]:
+def _events(records: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
     return [r for r in records if r["type"] == "event" and r["name"] == name]
 
 
@@ -213,10 +217,6 @@ def test_older_driver_falls_back_to_throttle_reasons() -> None:
 
 def test_round_trip_from_the_simulated_hardware_model() -> None:
     """simulator/hardware.py arrays → simulated NVML API → collector → the same values."""
-    import numpy as np
-
-    from simulator.hardware import GpuActivity, GpuFaults, gpu_uuid, simulate_gpus
-
     n_gpus, n = 2, 12
     act = GpuActivity.idle(n_gpus, n)
     act.engine_active[:] = 0.95

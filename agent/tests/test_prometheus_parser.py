@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from contract.parsers.prometheus import parse_text
+from contract.parsers.prometheus import ParseCache, parse_text
 
 DATA = Path(__file__).parent / "data"
 PROM_FILES = sorted(DATA.glob("*/*.prom"))
@@ -89,8 +89,6 @@ def test_escapes_special_values_timestamps_and_exemplars() -> None:
 
 @pytest.mark.parametrize("path", PROM_FILES, ids=lambda p: p.name)
 def test_parse_cache_gives_identical_results_across_scrapes(path: Path) -> None:
-    from contract.parsers.prometheus import ParseCache
-
     text = path.read_text()
     cache = ParseCache()
     plain = parse_text(text).samples
@@ -103,8 +101,6 @@ def test_parse_cache_gives_identical_results_across_scrapes(path: Path) -> None:
 
 
 def test_parse_cache_with_brace_and_escapes_in_values() -> None:
-    from contract.parsers.prometheus import ParseCache
-
     cache = ParseCache()
     text = 'm{a="x}y",b="1"} 1\nm{a="x}y",b="2"} 2\nm{p="q\\"r"} 3\n'
     for _ in range(2):

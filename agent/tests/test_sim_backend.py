@@ -3,6 +3,9 @@ sinks; `proof-agent record` writes a valid trace of them."""
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -12,6 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+import simulator
 from agent.cli import main as agent_main
 from agent.runtime import AcceleratedClock, Agent, MemorySink, Record
 from agent.runtime.sim_backend import (
@@ -122,8 +126,6 @@ def gpu_of(rank: int) -> str:
 
 
 def test_agent_output_equals_the_simulated_run(tmp_path: Path) -> None:
-    import simulator
-
     original = list(simulator.simulate(TINY, seed=3, duration_s=20, start_ts=T0).records())
     backend = SimBackend.from_scenario(TINY, seed=3, duration_s=20, start_ts=T0)
     sink = MemorySink()
@@ -253,8 +255,6 @@ def test_run_command_without_transport_prints_and_refuses_server_without_token(
 def test_real_scenario_through_the_agent(tmp_path: Path, scenario: str) -> None:
     """A real simulator scenario played through the agent and recorded: every sample leaves
     keyed exactly as the simulator keyed it, and the recorded trace validates with its truth."""
-    import simulator
-
     kwargs: dict[str, Any] = {
         "seed": 4,
         "duration_s": 90,
@@ -293,10 +293,6 @@ def test_run_command_writes_a_trace_with_out(tmp_path: Path) -> None:
 
 
 def test_sigterm_stops_record_with_a_complete_trace(tmp_path: Path) -> None:
-    import signal
-    import subprocess
-    import sys
-
     out = tmp_path / "stopped.jsonl.gz"
     argv = [sys.executable, "-m", "agent.cli", "record", "--out", str(out)]
     argv += ["--scenario", "healthy_training", "--duration", "3600", "--speed", "5"]

@@ -4,9 +4,9 @@ No Django here."""
 
 from typing import Any
 
+from agent.transport.sink import check_server as _check_server
+
 
 def check_server(cfg: Any, timeout: float = 10.0) -> None:
     """Prove the configured token with a real Register call (`proof-agent doctor`)."""
-    from agent.transport.sink import check_server as check
-
-    check(cfg, timeout)
+    _check_server(cfg, timeout)

@@ -32,7 +32,7 @@ from typing import Any
 
 import grpc
 
-from agent.spool import DEAD_LETTER_DIR, DeadLetter
+from agent.spool import DEAD_LETTER_DIR, DeadLetter, Spool
 from contract import limits, signals
 from contract.wire.client import BatchSender, EncodedBatch, TlsConfig, open_channel
 from contract.wire.decode import write_trace
@@ -325,7 +325,7 @@ def make_sink(
     try:
         reply = register()
     except grpc.RpcError as exc:
-        unreachable = exc.code() in (  # type: ignore[attr-defined]
+        unreachable = exc.code() in (
             grpc.StatusCode.UNAVAILABLE,
             grpc.StatusCode.DEADLINE_EXCEEDED,
         )
@@ -340,8 +340,6 @@ def make_sink(
         ).start()
     spool = None
     if spool_dir:
-        from agent.spool import Spool
-
         spool = Spool(
             Path(spool_dir) / "batches",
             **({"max_bytes": spool_max_bytes} if spool_max_bytes else {}),
@@ -381,11 +379,11 @@ def _register_later(register: Any, max_delay: float = 60.0) -> None:
             log.info("registered with ingest")
             return
         except grpc.RpcError as exc:
-            if exc.code() in (  # type: ignore[attr-defined]
+            if exc.code() in (
                 grpc.StatusCode.UNAUTHENTICATED,
                 grpc.StatusCode.PERMISSION_DENIED,
             ):
-                log.error("ingest refused the agent token: %s", exc.details())  # type: ignore[attr-defined]
+                log.error("ingest refused the agent token: %s", exc.details())
                 return
         time.sleep(random.uniform(delay / 2, delay))  # noqa: S311 - reconnect jitter, not a secret
         delay = min(max_delay, delay * 2)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 import time
 from dataclasses import dataclass
+from datetime import datetime
 from typing import NamedTuple
 
 KMSG_RE = re.compile(r"^(\d+),(\d+),(\d+),[^;]*;(.*)$")
@@ -127,8 +128,6 @@ def _syslog_time(month: int, day: int, hms: str, year: int | None) -> KernelTime
 
 
 def _iso_time(text: str) -> KernelTime | None:
-    from datetime import datetime
-
     try:
         return KernelTime(EPOCH, datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp())
     except ValueError:

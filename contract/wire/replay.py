@@ -24,6 +24,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from contract.trace.reader import TraceReader
 from contract.wire.client import BatchSender, TlsConfig, open_channel
 from contract.wire.encode import BatchBuilder
 
@@ -45,8 +46,6 @@ class ReplayReport:
 
 
 def _trace_span(path: str) -> tuple[float | None, float | None]:
-    from contract.trace.reader import TraceReader
-
     first = last = None
     for rec in TraceReader(path):
         ts = rec.get("ts")
@@ -70,8 +69,6 @@ def replay(
     flush_timeout: float | None = 600.0,
 ) -> ReplayReport:
     """Replay `path` through `sender`; `speed` None means as fast as possible."""
-    from contract.trace.reader import TraceReader
-
     report = ReplayReport(agent_id=agent_id)
     first, last = _trace_span(path)
     if first is None or last is None:

@@ -35,6 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     common.setup_threads()
+    # After setup_threads: torch's thread counts are settable only before parallel work starts.
     from transformers import (
         GPT2Config,
         GPT2LMHeadModel,

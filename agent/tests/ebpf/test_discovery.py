@@ -4,12 +4,13 @@ the parts that need no BPF."""
 from __future__ import annotations
 
 import re
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from agent.ebpf import bpfsys, calls, discovery
+from agent.ebpf import _bcc, bpfsys, calls, discovery
 from agent.ebpf.collector import EbpfCollector
 from agent.ebpf.loader import LoadedProgram, probes_source
 from agent.ebpf.probe_target import Built
@@ -148,8 +149,6 @@ def test_idle_processes_maps_are_reread_only_every_idle_recheck(tmp_path: Path) 
 
 
 def test_load_failure_hints_name_missing_privileges(monkeypatch: pytest.MonkeyPatch) -> None:
-    from agent.ebpf import _bcc
-
     # CapEff as /proc/self/status gives it: CAP_SYS_ADMIN is bit 21, CAP_PERFMON 38, CAP_BPF 39.
     for caps, lacking in ((0, True), (1 << 21, False), (1 << 38 | 1 << 39, False), (1 << 39, True)):
         monkeypatch.setattr(_bcc, "_effective_capabilities", lambda caps=caps: caps)
@@ -159,8 +158,6 @@ def test_load_failure_hints_name_missing_privileges(monkeypatch: pytest.MonkeyPa
 def test_function_offsets_agree_with_nm_on_the_stand_in_libraries(built: Built) -> None:
     """The ELF reader that places the uprobes finds each probed function where binutils does
     (a gcc-built .so maps its text at file offset == address, so nm's address is the offset)."""
-    import subprocess
-
     for library, kind in ((built.libcuda, calls.CUDA), (built.libnccl, calls.NCCL)):
         wanted = {probe.symbol for probe in calls.PROBES[kind]}
         offsets = bpfsys.function_offsets(str(library), wanted)

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
-from agent.ebpf import build_collectors
+from agent.ebpf.node import build_collectors
 from agent.ebpf.output import OutputCapture
 from agent.ebpf.probe_target import Built, Driver
 from contract import signals
@@ -38,7 +39,7 @@ def capture(tracked: set[int]) -> Iterator[OutputCapture]:
         capture.close()
 
 
-def lines_of(records: list[dict], pid: int, stream: str) -> list[dict]:
+def lines_of(records: list[dict[str, Any]], pid: int, stream: str) -> list[dict[str, Any]]:
     for record in records:
         assert check_record(record) is None, (check_record(record), record)
     return [

@@ -3,11 +3,13 @@ make known calls, and assert what the kernel-side aggregation reads back."""
 
 from __future__ import annotations
 
+import struct
 import time
 from typing import Any
 
 import pytest
 
+from agent.ebpf import bpfsys
 from agent.ebpf.collector import EbpfCollector
 from agent.ebpf.probe_target import Built, Driver
 from contract import signals
@@ -280,10 +282,6 @@ def test_batch_map_reads_and_deletes_agree_with_the_per_key_commands(
 ) -> None:
     """bpfsys.items() (BPF_MAP_LOOKUP_BATCH) and its per-key fallback (old kernels) return the
     same entries; delete_many() removes the keys given, one already gone included."""
-    import struct
-
-    from agent.ebpf import bpfsys
-
     table = collector._map("last_launch")  # LRU hash u32 pid -> u64 ktime
     entries = {struct.pack("<I", 100_000 + i): struct.pack("<Q", 7 * i) for i in range(300)}
     for key, value in entries.items():

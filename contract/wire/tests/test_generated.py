@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from contract.wire import ingest_pb2
+
 ROOT = Path(__file__).resolve().parents[3]
 GENERATED = ("ingest_pb2.py", "ingest_pb2_grpc.py")
 
@@ -27,8 +29,6 @@ def test_regenerating_gives_identical_files(tmp_path: Path) -> None:
 
 
 def test_generated_module_round_trips_a_batch() -> None:
-    from contract.wire import ingest_pb2
-
     batch = ingest_pb2.Batch(agent_id="a", sequence=7, strings=["", "x"], values=[1.5, 2.5])
     decoded = ingest_pb2.Batch.FromString(batch.SerializeToString())
     assert decoded.sequence == 7
