@@ -17,7 +17,7 @@ import difflib
 import os
 import tomllib
 from collections.abc import Mapping
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any, get_type_hints
 
@@ -161,11 +161,18 @@ def schema() -> dict[str, dict[str, tuple[type, Any, str]]]:
     for sec in fields(AgentConfig):
         if sec.name == "source":
             continue
-        cls = sec.default_factory  # type: ignore[misc]
+        cls = sec.default_factory
+        if not (isinstance(cls, type) and is_dataclass(cls)):
+            raise TypeError(f"config section [{sec.name}] is not a dataclass")
         hints = get_type_hints(cls)
         keys: dict[str, tuple[type, Any, str]] = {}
-        for f in fields(cls):  # type: ignore[arg-type]
-            default = f.default if f.default is not MISSING else f.default_factory()  # type: ignore[misc,operator]
+        for f in fields(cls):
+            if f.default is not MISSING:
+                default = f.default
+            elif f.default_factory is not MISSING:
+                default = f.default_factory()
+            else:
+                raise TypeError(f"config key {sec.name}.{f.name} has no default")
             keys[f.name] = (hints[f.name], default, f.metadata["doc"])
         out[sec.name] = keys
     return out

@@ -111,7 +111,8 @@ class StepTable:
         if self.grad_bad is not None:
             return self.grad_bad
         fin = np.isfinite(self.grad_norm)
-        return ~fin & np.maximum.accumulate(fin)
+        bad: np.ndarray = ~fin & np.maximum.accumulate(fin)
+        return bad
 
 
 @dataclass(frozen=True)

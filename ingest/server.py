@@ -246,7 +246,8 @@ def _bearer(context: grpc.ServicerContext) -> str:
     return ""
 
 
-class IngestServicer(ingest_pb2_grpc.IngestServicer):
+# The generated base is untyped (contract/wire/ingest_pb2_grpc.py, skipped by mypy).
+class IngestServicer(ingest_pb2_grpc.IngestServicer):  # type: ignore[misc]
     """Decodes and authenticates only; processing is plain functions."""
 
     def __init__(
@@ -539,6 +540,7 @@ class IngestServer:
         )
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         address = f"{host}:{port}"
+        self.port: int
         if tls_cert is not None and tls_key is not None:
             with open(tls_key, "rb") as key, open(tls_cert, "rb") as cert:
                 creds = grpc.ssl_server_credentials([(key.read(), cert.read())])

@@ -8,13 +8,13 @@ from investigations.models import GpuListPrice, Incident, VerdictRevision
 
 
 @admin.register(GpuListPrice)
-class GpuListPriceAdmin(admin.ModelAdmin):
+class GpuListPriceAdmin(admin.ModelAdmin[GpuListPrice]):
     list_display = ["operator", "gpu_model", "price_per_gpu_hour", "currency", "updated_at"]
     list_filter = ["operator", "currency"]
     search_fields = ["gpu_model"]
 
 
-class VerdictRevisionInline(admin.TabularInline):
+class VerdictRevisionInline(admin.TabularInline[VerdictRevision, Incident]):
     model = VerdictRevision
     extra = 0
     can_delete = False
@@ -23,7 +23,7 @@ class VerdictRevisionInline(admin.TabularInline):
 
 
 @admin.register(Incident)
-class IncidentAdmin(admin.ModelAdmin):
+class IncidentAdmin(admin.ModelAdmin[Incident]):
     list_display = ["public_id", "operator", "family", "category", "confidence", "state", "job"]
     list_filter = ["state", "family", "category", "operator"]
     search_fields = ["public_id", "job__job_id", "subject_gpu", "subject_node"]

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import django_stubs_ext
+
 from proof_web.env import (
     EnvError,
     env_bool,
@@ -23,6 +25,10 @@ from proof_web.env import (
 )
 
 BASE_DIR = Path(__file__).resolve().parent.parent
+
+# Django's admin and form classes take their model as a type parameter for mypy
+# (`admin.ModelAdmin[Customer]`); this makes them subscriptable at run time too.
+django_stubs_ext.monkeypatch()
 
 PROOF_ENV = env_choice("PROOF_ENV", "development", ("development", "production", "test"))
 IS_PRODUCTION = PROOF_ENV == "production"

@@ -70,7 +70,8 @@ class GpuSpec:
     def pcie_bandwidth_ratio(self, gen: np.ndarray, width: np.ndarray) -> np.ndarray:
         """Link bandwidth relative to this GPU's full gen×width."""
         gt = np.vectorize(_PCIE_GT_PER_LANE.__getitem__, otypes=[float])(gen)
-        return (gt * width) / (_PCIE_GT_PER_LANE[self.pcie_gen] * self.pcie_width)
+        ratio: np.ndarray = (gt * width) / (_PCIE_GT_PER_LANE[self.pcie_gen] * self.pcie_width)
+        return ratio
 
 
 H100_SXM = GpuSpec()
@@ -125,7 +126,7 @@ class GpuActivity:
 
     @property
     def shape(self) -> tuple[int, int]:
-        return self.engine_active.shape  # type: ignore[return-value]
+        return self.engine_active.shape
 
 
 GPU_COUNTER_SIGNALS: tuple[str, ...] = signals.GPU_ERROR_COUNTERS
@@ -227,7 +228,8 @@ def _power_limited_ratio(
     """Largest clock ratio k with idle + ctx + (TDP − idle)·demand·k² ≤ limit."""
     headroom = limit_w - spec.idle_w - spec.context_w * context
     dyn = (spec.tdp_w - spec.idle_w) * np.maximum(demand, 1e-9)
-    return np.sqrt(np.clip(headroom, 1.0, None) / dyn)
+    ratio: np.ndarray = np.sqrt(np.clip(headroom, 1.0, None) / dyn)
+    return ratio
 
 
 def compute_speed(spec: GpuSpec, faults: GpuFaults, demand: float) -> np.ndarray:
@@ -235,7 +237,8 @@ def compute_speed(spec: GpuSpec, faults: GpuFaults, demand: float) -> np.ndarray
     limit = np.minimum(faults.power_cap_w, spec.tdp_w)
     k_pow = _power_limited_ratio(spec, np.full(limit.shape, demand), limit, np.ones(limit.shape))
     k_cap = faults.clock_cap_mhz / spec.sm_clock_max_mhz
-    return np.minimum(1.0, np.minimum(k_pow, k_cap))
+    speed: np.ndarray = np.minimum(1.0, np.minimum(k_pow, k_cap))
+    return speed
 
 
 @dataclass

@@ -170,9 +170,10 @@ class StepModel:
         earlier position (long prompts are super-linear) and the TP all-reduces."""
         new = (prompt - cached).astype(float)
         mean_pos = (prompt + cached) / 2.0
-        return new * (
+        work_s: np.ndarray = new * (
             self.matmul_s_per_token + self.comm_s_per_token + self.attn_s_per_token_pos * mean_pos
         )
+        return work_s
 
     @property
     def prefill_compute_fraction(self) -> float:
@@ -233,7 +234,8 @@ def rate_curve(w: Workload, duration_s: float, rng: np.random.Generator) -> np.n
         lo, hi = int(pos / TICK_S), int((pos + length) / TICK_S)
         burst[lo:hi] = w.burst_mult
         pos += length + float(rng.exponential(w.burst_every_s))
-    return rate * burst
+    rates: np.ndarray = rate * burst
+    return rates
 
 
 @dataclass

@@ -269,7 +269,7 @@ def emit_records(
         nan_iters = 0 if fmt.name == "megatron" else nan_iters
     if res.state == "completed":
         last = float(step_end[K - 1]) + 0.5
-        for ts, line in fmt.finished(last, sl_log, last - plan.start_t):  # type: ignore[possibly-undefined]
+        for ts, line in fmt.finished(last, sl_log, last - plan.start_t):
             log(ts, line)
     # Failure output: the crashed rank's traceback; the watchdog on every rank that waited.
     if res.hang_step is not None:

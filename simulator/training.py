@@ -50,8 +50,17 @@ def _integrate(times: np.ndarray, phases: np.ndarray, edges: np.ndarray) -> np.n
     return out
 
 
-def _record_step(S: list, A: list, CS: list, C: list, E: list, CK: list, *vals: Any) -> None:
-    for lst, v in zip((S, A, CS, C, E, CK), vals, strict=True):
+def _record_step(
+    S: list[float],
+    A: list[np.ndarray],
+    CS: list[np.ndarray],
+    C: list[float],
+    E: list[float],
+    CK: list[float],
+    *vals: Any,
+) -> None:
+    columns: tuple[list[Any], ...] = (S, A, CS, C, E, CK)
+    for lst, v in zip(columns, vals, strict=True):
         lst.append(v)
 
 

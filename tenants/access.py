@@ -9,14 +9,16 @@ tenants' objects are not confirmed to exist.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
-from django.db import models
 from django.http import Http404
 
 from tenants.roles import CUSTOMER_ROLES, OPERATOR_ROLES, Role
 
-M = TypeVar("M", bound=models.Model)
+if TYPE_CHECKING:
+    from tenants.models import TenantOwned
+
+M = TypeVar("M", bound="TenantOwned")
 
 
 @dataclass(frozen=True)
@@ -48,8 +50,8 @@ def role_can_write(role: Role | str) -> bool:
 
 def get_object_for_tenant(model: type[M], principal: Principal, **lookup: object) -> M:
     """The object matching `lookup` among those the principal may see, else Http404."""
-    queryset = model.objects.for_tenant(principal)  # type: ignore[attr-defined]
+    queryset = model.objects.for_tenant(principal)
     try:
         return queryset.get(**lookup)
-    except model.DoesNotExist:  # type: ignore[attr-defined]
+    except model.DoesNotExist:
         raise Http404(f"No {model._meta.verbose_name} matches the given query.") from None

@@ -22,7 +22,7 @@ from tenants import services
 from tenants.models import AgentToken, ApiToken, Customer, JobMappingRule, Membership, Operator
 
 
-class OperatorCreationForm(forms.ModelForm):
+class OperatorCreationForm(forms.ModelForm[Operator]):
     admin_username = forms.CharField(max_length=150, help_text="The first operator admin.")
     admin_email = forms.EmailField(required=False)
     admin_password = forms.CharField(widget=forms.PasswordInput, strip=False)
@@ -38,7 +38,7 @@ class OperatorCreationForm(forms.ModelForm):
 
 
 @admin.register(Operator)
-class OperatorAdmin(admin.ModelAdmin):
+class OperatorAdmin(admin.ModelAdmin[Operator]):
     list_display = ["name", "slug", "created_at"]
     search_fields = ["name", "slug"]
 
@@ -78,14 +78,14 @@ class OperatorAdmin(admin.ModelAdmin):
 
 
 @admin.register(Customer)
-class CustomerAdmin(admin.ModelAdmin):
+class CustomerAdmin(admin.ModelAdmin[Customer]):
     list_display = ["name", "slug", "operator", "created_at"]
     list_filter = ["operator"]
     search_fields = ["name", "slug"]
 
 
 @admin.register(Membership)
-class MembershipAdmin(admin.ModelAdmin):
+class MembershipAdmin(admin.ModelAdmin[Membership]):
     list_display = ["user", "role", "operator", "customer", "created_at"]
     list_filter = ["role", "operator"]
     raw_id_fields = ["user"]
@@ -96,13 +96,15 @@ def _revoke(queryset: QuerySet[Any]) -> int:
 
 
 @admin.action(description="Revoke selected tokens")
-def revoke_tokens(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet) -> None:
+def revoke_tokens(
+    modeladmin: admin.ModelAdmin[Any], request: HttpRequest, queryset: QuerySet[Any]
+) -> None:
     count = _revoke(queryset)
     modeladmin.message_user(request, f"Revoked {count} token(s).")
 
 
 @admin.register(ApiToken)
-class ApiTokenAdmin(admin.ModelAdmin):
+class ApiTokenAdmin(admin.ModelAdmin[ApiToken]):
     list_display = ["name", "prefix", "operator", "customer", "role", "scope", "expires_at"]
     list_filter = ["operator", "scope", "role"]
     readonly_fields = [
@@ -125,14 +127,14 @@ class ApiTokenAdmin(admin.ModelAdmin):
         return False
 
 
-class AgentTokenCreationForm(forms.ModelForm):
+class AgentTokenCreationForm(forms.ModelForm[AgentToken]):
     class Meta:
         model = AgentToken
         fields = ["operator", "name"]
 
 
 @admin.register(AgentToken)
-class AgentTokenAdmin(admin.ModelAdmin):
+class AgentTokenAdmin(admin.ModelAdmin[AgentToken]):
     list_display = ["name", "prefix", "operator", "created_at", "revoked_at", "last_used_at"]
     list_filter = ["operator"]
     actions = [revoke_tokens]
@@ -168,7 +170,7 @@ class AgentTokenAdmin(admin.ModelAdmin):
         )
 
 
-class JobMappingRuleForm(forms.ModelForm):
+class JobMappingRuleForm(forms.ModelForm[JobMappingRule]):
     class Meta:
         model = JobMappingRule
         fields = ["operator", "match_field", "value", "customer", "priority"]
@@ -182,7 +184,7 @@ class JobMappingRuleForm(forms.ModelForm):
 
 
 @admin.register(JobMappingRule)
-class JobMappingRuleAdmin(admin.ModelAdmin):
+class JobMappingRuleAdmin(admin.ModelAdmin[JobMappingRule]):
     form = JobMappingRuleForm
     list_display = ["operator", "match_field", "value", "customer", "priority"]
     list_filter = ["operator", "match_field"]

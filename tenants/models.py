@@ -7,7 +7,7 @@ PostgreSQL each such table also has row-level security enabled and forced (tenan
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar, Self, TypeVar
 
 from django.conf import settings
 from django.db import models
@@ -34,8 +34,11 @@ class Operator(models.Model):
         return self.name
 
 
-class TenantQuerySet(models.QuerySet):
-    def for_tenant(self, principal: Principal | Operator | int) -> TenantQuerySet:
+_M = TypeVar("_M", bound=models.Model)
+
+
+class TenantQuerySet(models.QuerySet[_M]):
+    def for_tenant(self, principal: Principal | Operator | int) -> Self:
         """Rows the principal may see: the operator's, narrowed to one customer's for
         customer principals (via the model's `customer_path`; none if it has none)."""
         if isinstance(principal, Principal):
@@ -51,8 +54,14 @@ class TenantQuerySet(models.QuerySet):
         return self.filter(operator_id=operator_id)
 
 
-class TenantManager(models.Manager.from_queryset(TenantQuerySet)):  # type: ignore[misc]
-    pass
+class TenantManager(models.Manager[_M]):
+    """The manager of every tenant-owned model: its querysets have `for_tenant`."""
+
+    def get_queryset(self) -> TenantQuerySet[_M]:
+        return TenantQuerySet(self.model, using=self._db)
+
+    def for_tenant(self, principal: Principal | Operator | int) -> TenantQuerySet[_M]:
+        return self.get_queryset().for_tenant(principal)
 
 
 class TenantOwned(models.Model):
@@ -66,7 +75,7 @@ class TenantOwned(models.Model):
 
     customer_path: ClassVar[str | None] = None
 
-    objects: ClassVar[Any] = TenantManager()
+    objects = TenantManager()
 
     class Meta:
         abstract = True

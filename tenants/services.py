@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import AbstractUser
+from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.core.validators import validate_email, validate_slug
 from django.db import IntegrityError, transaction
@@ -68,27 +68,24 @@ def _clean_name(value: str, what: str) -> str:
     return value
 
 
-def _create_user(username: str, email: str, password: str) -> AbstractUser:
+def _create_user(username: str, email: str, password: str) -> User:
     user_model = get_user_model()
     username = (username or "").strip()
     if not username:
         raise TenancyError("the username must not be empty")
-    _validate(user_model.username_validator, username, "username")  # type: ignore[attr-defined]
+    _validate(user_model.username_validator, username, "username")
     if email:
         _validate(validate_email, email, "email address")
     if not password:
         raise TenancyError("a password is required")
     if user_model.objects.filter(username=username).exists():
         raise TenancyError(f"a user named {username!r} already exists")
-    user: AbstractUser = user_model.objects.create_user(  # type: ignore[attr-defined]
-        username=username, email=email, password=password
-    )
-    return user
+    return user_model.objects.create_user(username=username, email=email, password=password)
 
 
 def do_create_operator(
     *, name: str, slug: str, admin_username: str, admin_email: str, admin_password: str
-) -> tuple[Operator, AbstractUser]:
+) -> tuple[Operator, User]:
     """A new operator and its first operator admin."""
     name = _clean_name(name, "the operator name")
     _validate(validate_slug, slug, "slug")
@@ -122,7 +119,7 @@ def do_create_customer(principal: Principal | int, *, name: str, slug: str) -> C
 
 
 def do_add_membership(
-    *, operator_id: int, user: AbstractUser, role: Role | str, customer_id: int | None = None
+    *, operator_id: int, user: User, role: Role | str, customer_id: int | None = None
 ) -> Membership:
     """Give `user` a role at the operator (operator roles) or at one of its customers."""
     role = Role(role)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from django.contrib.auth.models import AbstractUser
+from django.contrib.auth.models import User
 
 from tenants import services
 from tenants.access import Principal
@@ -19,19 +19,19 @@ TEST_PASSWORD = "correct-horse-battery-staple-42"  # noqa: S105 - the test users
 class Tenant:
     operator: Operator
     customer: Customer
-    operator_admin: AbstractUser
-    operator_support: AbstractUser
-    customer_admin: AbstractUser
-    customer_viewer: AbstractUser
+    operator_admin: User
+    operator_support: User
+    customer_admin: User
+    customer_viewer: User
 
-    def principal(self, user: AbstractUser) -> Principal:
+    def principal(self, user: User) -> Principal:
         principal = principal_for_user(user)
         if principal is None:
             raise ValueError(f"{user} has no principal (no operator or customer)")
         return principal
 
     def api_token(
-        self, user: AbstractUser, scope: str = TokenScope.READ_WRITE, customer_id: int | None = None
+        self, user: User, scope: str = TokenScope.READ_WRITE, customer_id: int | None = None
     ) -> str:
         _token, plaintext = services.do_create_api_token(
             self.principal(user),

@@ -105,7 +105,10 @@ def load_failure_hints() -> str:
     hints = []
     caps = _effective_capabilities()
     if caps is not None:
-        has = lambda cap: bool(caps >> cap & 1)  # noqa: E731
+
+        def has(cap: int) -> bool:
+            return bool(caps >> cap & 1)
+
         if not (has(CAP_SYS_ADMIN) or (has(CAP_BPF) and has(CAP_PERFMON))):
             hints.append("this process lacks CAP_BPF+CAP_PERFMON (or CAP_SYS_ADMIN): run as root")
     headers = f"/lib/modules/{os.uname().release}/build"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -89,7 +90,7 @@ def test_token_file(tmp_path: Path) -> None:
         ({"server": {"cert_file": "/c"}}, {}, r"cert_file and key_file must be set together"),
     ],
 )
-def test_errors_name_key_and_value(data: dict, env: dict, message: str) -> None:
+def test_errors_name_key_and_value(data: dict[str, Any], env: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         parse_config(data, source="t.toml", env=env)
 

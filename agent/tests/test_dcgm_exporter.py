@@ -1,5 +1,6 @@
 import logging
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -13,7 +14,7 @@ T4 = (DATA / "dcgm_exporter_metrics_T4_datadog_fixture.prom").read_bytes()
 L40S_UUID = "GPU-5b4e07f6-3a86-4340-039d-25f2a83cdc43"
 
 
-def _by_name(records: list[dict]) -> dict[str, dict]:
+def _by_name(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return {r["name"]: r for r in records if r["type"] == "sample"}
 
 

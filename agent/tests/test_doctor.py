@@ -15,6 +15,7 @@ from agent.commands.doctor import (
     OFF,
     OK,
     UNAVAILABLE,
+    Check,
     check_dead_letter,
     check_slurm,
     run_checks,
@@ -27,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).parent / "data"
 
 
-def _by_source(checks: list) -> dict:
+def _by_source(checks: list[Check]) -> dict[str, Check]:
     return {c.source: c for c in checks}
 
 

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from agent.collectors.identity import IdentityCollector, ProcessIdentity
 from agent.collectors.nvml import GpuRef
@@ -44,7 +45,7 @@ def _env(**extra: str) -> dict[str, str]:
     return env
 
 
-def _records(path: Path) -> list[dict]:
+def _records(path: Path) -> list[dict[str, Any]]:
     return list(TraceReader(path).dicts())
 
 
@@ -193,7 +194,7 @@ def _boot8() -> str:
     return Path("/proc/sys/kernel/random/boot_id").read_text().strip().replace("-", "")[:8]
 
 
-def _analyze_json(*paths: Path) -> dict:
+def _analyze_json(*paths: Path) -> dict[str, Any]:
     proc = subprocess.run(
         [sys.executable, "-m", "proof_web.cli", "analyze", "--json", *map(str, paths)],
         capture_output=True,
@@ -202,7 +203,8 @@ def _analyze_json(*paths: Path) -> dict:
         timeout=120,
     )
     assert proc.returncode == 0, proc.stderr.decode()
-    return json.loads(proc.stdout)
+    report: dict[str, Any] = json.loads(proc.stdout)
+    return report
 
 
 WAITS = (

@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -62,13 +63,13 @@ def _run(argv: list[str], cwd: Path) -> subprocess.CompletedProcess[bytes]:
     return proc
 
 
-def _records(path: Path) -> list[dict]:
+def _records(path: Path) -> list[dict[str, Any]]:
     report = validate_trace(path)
     assert report.ok, report.problems
     return list(TraceReader(path).dicts())
 
 
-def _analyze(*paths: Path) -> dict:
+def _analyze(*paths: Path) -> dict[str, Any]:
     proc = subprocess.run(
         [sys.executable, "-m", "proof_web.cli", "analyze", "--json", *map(str, paths)],
         capture_output=True,
@@ -77,10 +78,11 @@ def _analyze(*paths: Path) -> dict:
         timeout=120,
     )
     assert proc.returncode == 0, proc.stderr.decode()
-    return json.loads(proc.stdout)
+    report: dict[str, Any] = json.loads(proc.stdout)
+    return report
 
 
-def _summary(doc: dict) -> dict:
+def _summary(doc: dict[str, Any]) -> dict[str, Any]:
     (job,) = doc["jobs"]
     return {k: job[k] for k in ("job", "kind", "state", "exit_code", "ranks", "steps")}
 

@@ -3,10 +3,11 @@
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from agent.collectors.kmsg import KmsgCollector
+from agent.collectors.kmsg import KmsgCollector, PciMap
 from contract import signals
 from contract.parsers.kernel import BOOT, EPOCH, normalize_pci, parse_xid, split_prefix
 from contract.trace import check_record
@@ -14,8 +15,10 @@ from contract.trace import check_record
 XID = Path(__file__).parent / "data" / "xid"
 
 
-def events_from(name: str, **kwargs: object) -> list[dict]:
-    col = KmsgCollector(XID / name, replay=True, **kwargs)  # type: ignore[arg-type]
+def events_from(
+    name: str, *, pci_to_gpu: PciMap | None = None, proc_root: str | Path = "/proc"
+) -> list[dict[str, Any]]:
+    col = KmsgCollector(XID / name, replay=True, pci_to_gpu=pci_to_gpu, proc_root=proc_root)
     try:
         return col.collect(1000.0)
     finally:

@@ -13,7 +13,7 @@ import pytest
 
 from contract import signals
 from contract.trace import validate_trace
-from simulator import simulate
+from simulator import SimRun, simulate
 from simulator.inference_engine import (
     H100_SXM,
     MODELS,
@@ -178,16 +178,17 @@ SEEDS = (1, 2, 3)
 
 
 @pytest.fixture(scope="module")
-def runs() -> dict[tuple[str, int], Any]:
+def runs() -> dict[tuple[str, int], SimRun]:
     return {(n, s): simulate(n, seed=s, duration_s=DURATION) for n in INFERENCE for s in SEEDS}
 
 
-def _series(run: Any, name: str) -> list[tuple[dict[str, Any], np.ndarray]]:
+def _series(run: SimRun, name: str) -> list[tuple[dict[str, Any], np.ndarray]]:
     return run.series(name, key=("node", "pid"))
 
 
 def _served(values: np.ndarray) -> np.ndarray:
-    return values[~np.isnan(values)]
+    served: np.ndarray = values[~np.isnan(values)]
+    return served
 
 
 @pytest.mark.parametrize("name", INFERENCE)
@@ -218,7 +219,7 @@ def test_inference_trace_validates_with_truth(name: str, tmp_path: Path) -> None
     assert kinds["job"] == 1 and kinds["process"] >= 2 and kinds["log"] >= 5
 
 
-def test_scenario_records_are_consistent(runs: dict[tuple[str, int], Any]) -> None:
+def test_scenario_records_are_consistent(runs: dict[tuple[str, int], SimRun]) -> None:
     for (name, seed), run in runs.items():
         job = next(r for r in run.discrete if r["type"] == "job")
         cfg = job["config"]
@@ -258,11 +259,11 @@ def test_scenario_records_are_consistent(runs: dict[tuple[str, int], Any]) -> No
             assert f[ok][-1] > 0.85 * 81559
 
 
-def _mean_over(runs: dict[tuple[str, int], Any], name: str, key: str) -> list[float]:
+def _mean_over(runs: dict[tuple[str, int], SimRun], name: str, key: str) -> list[float]:
     return [runs[(name, s)].meta["inference"][key] for s in SEEDS]
 
 
-def test_underfilled_vs_saturated_vs_healthy(runs: dict[tuple[str, int], Any]) -> None:
+def test_underfilled_vs_saturated_vs_healthy(runs: dict[tuple[str, int], SimRun]) -> None:
     """The twins differ where the detector looks: batch occupancy, KV usage, prefill share."""
     for seed in SEEDS:
         u = runs[("underfilled_batches", seed)]
@@ -297,7 +298,7 @@ def test_underfilled_vs_saturated_vs_healthy(runs: dict[tuple[str, int], Any]) -
         assert h["ttft_p95_s"] < 5.0 and h["kv_usage_p95"] > 0.3
 
 
-def test_vllm_log_lines_follow_the_real_format(runs: dict[tuple[str, int], Any]) -> None:
+def test_vllm_log_lines_follow_the_real_format(runs: dict[tuple[str, int], SimRun]) -> None:
     new = re.compile(
         r"^\(APIServer pid=\d+\) INFO \d\d-\d\d \d\d:\d\d:\d\d \[loggers\.py:\d+\] Engine 000: "
         r"Avg prompt throughput: [\d.]+ tokens/s, Avg generation throughput: [\d.]+ tokens/s, "

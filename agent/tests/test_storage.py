@@ -1,5 +1,6 @@
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -35,7 +36,7 @@ def proc(tmp_path: Path) -> Path:
     return root
 
 
-def pick(records: list[dict], name: str, **labels: str) -> list[dict]:
+def pick(records: list[dict[str, Any]], name: str, **labels: str) -> list[dict[str, Any]]:
     return [
         r
         for r in records

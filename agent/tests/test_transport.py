@@ -245,7 +245,10 @@ def test_a_refused_batch_goes_to_the_dead_letter_and_the_agent_goes_on(tmp_path:
             1 << 19,
         )  # an agent that thinks 1 MiB is fine
         agent = make_agent(sink, log_path)
-        out = lambda n: b"".join(b"line %06d %s\n" % (i, b"z" * 100) for i in range(n))  # noqa: E731
+
+        def out(n: int) -> bytes:
+            return b"".join(b"line %06d %s\n" % (i, b"z" * 100) for i in range(n))
+
         run_ticks(agent, log_path, {6: out(900), 12: out(1800), 15: b"later\n"}, ticks=30)
         deliver(sink)
         stats = sink.sender.stats

@@ -150,7 +150,7 @@ class TraceWriter:
         if truth is not None:
             meta_line["truth"] = truth
         self.meta = meta_line
-        self.path = None if hasattr(path, "write") else os.fspath(path)  # type: ignore[arg-type]
+        self.path = None if hasattr(path, "write") else os.fspath(path)
         if gzip_compress is None:
             gzip_compress = self.path is not None and self.path.endswith(".gz")
         raw: IO[bytes]
@@ -166,7 +166,7 @@ class TraceWriter:
         if gzip_compress:
             self._gz = gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=compresslevel)
             sink = self._gz  # type: ignore[assignment]
-        self._fh = io.TextIOWrapper(sink, encoding="utf-8", newline="\n", write_through=False)  # type: ignore[type-var]
+        self._fh = io.TextIOWrapper(sink, encoding="utf-8", newline="\n", write_through=False)
         self._last_ts = -math.inf
         self.records_written = 0
         self.closed = False

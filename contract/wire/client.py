@@ -348,7 +348,7 @@ class BatchSender:
         details = exc.details() if hasattr(exc, "details") else str(exc)
         if code == grpc.StatusCode.INVALID_ARGUMENT:
             seq = None
-            for key, value in exc.trailing_metadata() or ():  # type: ignore[attr-defined]
+            for key, value in exc.trailing_metadata() or ():
                 if key == REJECTED_SEQUENCE_KEY:
                     seq = int(value)
             if seq is None:  # not about one batch: resending would only repeat it

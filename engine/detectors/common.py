@@ -56,7 +56,8 @@ def active_mask(busy: np.ndarray) -> np.ndarray:
     if not (lead > 0).any():
         return np.zeros(busy.shape[1], dtype=bool)
     usual = float(np.median(lead[lead > 0]))
-    return finite & (lead >= 0.2 * usual)
+    active: np.ndarray = finite & (lead >= 0.2 * usual)
+    return active
 
 
 def change_point(x: np.ndarray) -> int:

@@ -94,7 +94,8 @@ class StragglerStats:
 def relative_dispersion(x: np.ndarray) -> np.ndarray:
     """Per sample (column): the ranks' mean absolute deviation from their mean, relative to it."""
     mean = x.mean(axis=0)
-    return np.abs(x - mean).mean(axis=0) / np.where(mean > 0, mean, 1.0)
+    dispersion: np.ndarray = np.abs(x - mean).mean(axis=0) / np.where(mean > 0, mean, 1.0)
+    return dispersion
 
 
 def _spearman_consecutive(x: np.ndarray) -> float:

@@ -84,7 +84,8 @@ def _run_json(path: Path) -> dict[str, Any]:
     with redirect_stdout(out):
         rc = analyze.run(argparse.Namespace(trace=str(path), json=True, no_progress=True))
     assert rc == 0
-    return json.loads(out.getvalue())
+    report: dict[str, Any] = json.loads(out.getvalue())
+    return report
 
 
 @pytest.mark.parametrize(
@@ -267,7 +268,8 @@ def _run_json_many(paths: list[Path]) -> dict[str, Any]:
             argparse.Namespace(trace=[str(p) for p in paths], json=True, no_progress=True)
         )
     assert rc == 0
-    return json.loads(out.getvalue())
+    report: dict[str, Any] = json.loads(out.getvalue())
+    return report
 
 
 def test_job_state_and_kind_from_what_was_seen(tmp_path: Path) -> None:

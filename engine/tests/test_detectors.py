@@ -108,7 +108,7 @@ def test_no_learning_on_completed_flat_run_but_not_on_a_learning_run() -> None:
     assert detect_no_learning(window(steps=steps(flat), state="running")) == []
 
 
-def _gpu_window(series: dict) -> GpuWindow:
+def _gpu_window(series: dict[str, SeriesData]) -> GpuWindow:
     return GpuWindow(gpu_uuid(0), "n0", 0, T0, T0 + 599, series, [])
 
 

@@ -4,6 +4,9 @@ evidence), and below the floor set from healthy jitter there is no verdict."""
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -39,7 +42,8 @@ from simulator import simulate
 def _sync_from_compute(compute: np.ndarray) -> np.ndarray:
     """Per-sample synchronize time (ms) of ranks computing `compute` seconds of each 1 s
     sample and waiting in the all-reduce for the rest."""
-    return 1000.0 * (1.0 - np.clip(compute, 0.0, 0.99))
+    sync_ms: np.ndarray = 1000.0 * (1.0 - np.clip(compute, 0.0, 0.99))
+    return sync_ms
 
 
 def _jittery(sd: float, world: int = 8, n: int = 300, seed: int = 0) -> np.ndarray:
@@ -48,7 +52,7 @@ def _jittery(sd: float, world: int = 8, n: int = 300, seed: int = 0) -> np.ndarr
     return 0.8 * (1.0 + rng.normal(0.0, sd, (world, n)))
 
 
-def _cited(v: dict) -> set[str]:
+def _cited(v: Mapping[str, Any]) -> set[str]:
     return set(re.findall(r"\be\d+\b", v["summary"]))
 
 
@@ -203,7 +207,7 @@ def test_impact_is_stated_once() -> None:
     assert len(f.evidence) == n_evidence and f.summary == summary
 
 
-def test_simulated_healthy_job_waits_a_few_percent_and_gets_no_verdict(tmp_path) -> None:
+def test_simulated_healthy_job_waits_a_few_percent_and_gets_no_verdict(tmp_path: Path) -> None:
     """The simulator's healthy control jitters like a real all-reduce job: its ranks wait a
     few percent of every step for the slowest one, and that is no verdict."""
 

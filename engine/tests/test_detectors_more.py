@@ -17,7 +17,7 @@ from engine.detectors import (
 )
 from engine.tests.synthetic import T0, healthy_sync, window
 from engine.verdicts import build_verdicts
-from engine.window import Checkpoint, missing_sources
+from engine.window import Checkpoint, JobWindow, missing_sources
 
 N = 600
 
@@ -39,7 +39,7 @@ def _storage(node: str, mount: str, latency: np.ndarray, written: np.ndarray) ->
     ]
 
 
-def _checkpoint_window(stall_s: int, slow_storage: bool):
+def _checkpoint_window(stall_s: int, slow_storage: bool) -> JobWindow:
     rng = np.random.default_rng(7)
     w = window(n=N, sync=healthy_sync(rng, n=N))
     saves = [100, 300, 500]
@@ -71,7 +71,7 @@ def test_fast_local_checkpoint_is_not_a_stall() -> None:
     assert detect_checkpoint_stall(_checkpoint_window(60, slow_storage=False)) == []
 
 
-def _inference_window(running: float, slots: float, kv: float, waiting: float):
+def _inference_window(running: float, slots: float, kv: float, waiting: float) -> JobWindow:
     w = window(world=2, n=N)
     w.meta = JobMeta(job="J1", kind="inference")
     rng = np.random.default_rng(8)

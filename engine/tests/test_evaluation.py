@@ -22,7 +22,9 @@ def _verdict(family: str, category: str, start: float, **subject: Any) -> dict[s
     }
 
 
-def _truth(family: str | None, category: str | None = None, onset: float | None = None, **s: Any):
+def _truth(
+    family: str | None, category: str | None = None, onset: float | None = None, **s: Any
+) -> dict[str, Any]:
     subj = {"job": None, "node": None, "gpu": None, "rank": None, "mount": None, **s} if s else None
     return {"family": family, "category": category, "subject": subj, "onset": onset}
 

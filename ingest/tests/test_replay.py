@@ -147,7 +147,7 @@ def test_replay_of_a_dirty_trace_sends_it_cleaned(tmp_path: Path) -> None:
     assert report.cleaned == 3 and report.problems == 3 and report.samples == 1
     with tenant_context(tenant.operator.pk):
         lines = sorted(
-            LogLine.objects.for_tenant(tenant.operator.pk).values_list("line", flat=True)  # type: ignore[attr-defined]
+            LogLine.objects.for_tenant(tenant.operator.pk).values_list("line", flat=True)
         )
     assert len(lines) == 2 and "\ufffd\ufffd corrupted" in lines
     assert any(len(line) == 16384 and "…[truncated " in line for line in lines)

@@ -8,7 +8,7 @@ from rest_framework import serializers
 from investigations.models import GpuListPrice, Incident, VerdictRevision
 
 
-class IncidentSerializer(serializers.ModelSerializer):
+class IncidentSerializer(serializers.ModelSerializer[Incident]):
     id = serializers.UUIDField(source="public_id", read_only=True)
     job = serializers.SerializerMethodField()
 
@@ -39,21 +39,21 @@ class IncidentSerializer(serializers.ModelSerializer):
         return incident.job.job_id if incident.job is not None else None
 
 
-class VerdictRevisionSerializer(serializers.ModelSerializer):
+class VerdictRevisionSerializer(serializers.ModelSerializer[VerdictRevision]):
     class Meta:
         model = VerdictRevision
         fields = ["number", "kind", "family", "category", "confidence", "created_at", "verdict"]
         read_only_fields = fields
 
 
-class GpuListPriceSerializer(serializers.ModelSerializer):
+class GpuListPriceSerializer(serializers.ModelSerializer[GpuListPrice]):
     class Meta:
         model = GpuListPrice
         fields = ["id", "gpu_model", "price_per_gpu_hour", "currency", "updated_at"]
         read_only_fields = fields
 
 
-class GpuListPriceWriteSerializer(serializers.Serializer):
+class GpuListPriceWriteSerializer(serializers.Serializer[dict[str, Any]]):
     gpu_model = serializers.CharField(max_length=128)
     price_per_gpu_hour = serializers.DecimalField(
         max_digits=10, decimal_places=4, min_value=Decimal("0.0001")
@@ -61,7 +61,7 @@ class GpuListPriceWriteSerializer(serializers.Serializer):
     currency = serializers.CharField(max_length=3, default="USD")
 
 
-class RealPriceQuerySerializer(serializers.Serializer):
+class RealPriceQuerySerializer(serializers.Serializer[dict[str, Any]]):
     job = serializers.CharField(required=False, help_text="a scheduler job id")
     customer = serializers.IntegerField(required=False)
     gpu = serializers.CharField(required=False, help_text="a GPU UUID")

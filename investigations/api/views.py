@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.db.models import QuerySet
+from django.http import QueryDict
 from rest_framework import status
 from rest_framework.decorators import action
 from rest_framework.permissions import BasePermission
@@ -33,6 +34,16 @@ from tenants.models import Customer
 _FILTERS = ("state", "family", "category")
 
 
+def _filter_incidents(queryset: QuerySet[Any], params: QueryDict) -> QuerySet[Any]:
+    """The incident list filters, shared by the incident and the verdict views."""
+    for name in _FILTERS:
+        if params.get(name):
+            queryset = queryset.filter(**{name: params[name]})
+    if params.get("job"):
+        queryset = queryset.filter(job__job_id=params["job"])
+    return queryset.select_related("job")
+
+
 class IncidentViewSet(TenantScopedReadOnlyViewSet):
     """Incidents with their current verdict; ?state=open&family=…&category=…&job=<job id>."""
 
@@ -42,13 +53,7 @@ class IncidentViewSet(TenantScopedReadOnlyViewSet):
     lookup_field = "public_id"
 
     def scope_queryset(self, queryset: QuerySet[Any]) -> QuerySet[Any]:
-        params = self.request.query_params
-        for name in _FILTERS:
-            if params.get(name):
-                queryset = queryset.filter(**{name: params[name]})
-        if params.get("job"):
-            queryset = queryset.filter(job__job_id=params["job"])
-        return queryset.select_related("job")
+        return _filter_incidents(queryset, self.request.query_params)
 
     @action(detail=True, methods=["get"])
     def revisions(self, request: Request, public_id: str | None = None) -> Response:
@@ -65,7 +70,7 @@ class VerdictViewSet(TenantScopedReadOnlyViewSet):
     lookup_field = "public_id"
 
     def scope_queryset(self, queryset: QuerySet[Any]) -> QuerySet[Any]:
-        return IncidentViewSet.scope_queryset(self, queryset)  # type: ignore[arg-type]
+        return _filter_incidents(queryset, self.request.query_params)
 
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         page = self.paginate_queryset(self.get_queryset())

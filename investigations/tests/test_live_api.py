@@ -46,7 +46,9 @@ def _incident(tenant: Tenant, v: dict[str, object], **scope: object) -> Incident
     op = tenant.operator.pk
     with tenant_context(op):
         services.merge_verdicts(op, [v], window_end=1_100, **scope)  # type: ignore[arg-type]
-        return Incident.objects.for_tenant(op).order_by("-id").first()  # type: ignore[no-any-return]
+        incident = Incident.objects.for_tenant(op).order_by("-id").first()
+    assert incident is not None
+    return incident
 
 
 def _usage(tenant: Tenant, job_pk: int, gpu: str, compute: float) -> None:

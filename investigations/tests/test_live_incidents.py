@@ -10,6 +10,7 @@ from investigations import notifications, services
 from investigations.models import (
     Incident,
     IncidentState,
+    NotificationKind,
     NotificationLog,
     ResolveReason,
     RevisionKind,
@@ -154,9 +155,7 @@ def test_notification_claimed_concurrently_fires_exactly_once(
 
     def claim(_: int) -> None:
         with tenant_context(a.operator.pk):
-            claimed.append(
-                notifications.record(incident, revision, notifications.NotificationKind.NEW)
-            )
+            claimed.append(notifications.record(incident, revision, NotificationKind.NEW))
 
     run_together(claim, 4)
     assert sorted(claimed) == [False, False, False, True]

@@ -44,6 +44,7 @@ def test_reference_case_gets_a_verdict_and_live_matches_offline(
         incidents = list(Incident.objects.for_tenant(op).select_related("job"))
     live: dict[str, set[str]] = {}
     for i in incidents:
+        assert i.job is not None
         live.setdefault(i.job.job_id, set()).add(i.family)
     # The reference case is found live, with the category docs/design.md §6 gives it...
     assert [(i.family, i.category) for i in incidents if i.job_id == imbalance] == [
@@ -195,7 +196,7 @@ def test_unattributed_node_samples_extend_only_a_live_job() -> None:
             job=job,
             start=start,
             seconds=10,
-            extra_records=extra,  # type: ignore[arg-type]
+            extra_records=extra,
         )
         ingest_services.store_batch(op, decode_batch(batch, Limits()))
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from simulator.job import COMPUTE_JITTER_MAX, COMPUTE_JITTER_MIN
+from simulator.job import COMPUTE_JITTER_MAX, COMPUTE_JITTER_MIN, JobPlan, JobResult
 from simulator.scenarios import ScenarioContext
 from simulator.training_scenarios import _Setup
 
 
-def _healthy_job(seed: int, nodes: int = 2, gpn: int = 4):
+def _healthy_job(seed: int, nodes: int = 2, gpn: int = 4) -> tuple[JobPlan, JobResult]:
     ctx = ScenarioContext(
         scenario="healthy_training",
         seed=seed,

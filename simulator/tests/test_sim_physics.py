@@ -45,7 +45,7 @@ def _primary_job(run: SimRun) -> str:
     jobs = run.meta.get("jobs")
     if jobs is None:  # a run built in the test: its only job
         return str(next(r["job"] for r in run.discrete if r["type"] == "job"))
-    return next(j for j, role in jobs.items() if role == "primary")
+    return str(next(j for j, role in jobs.items() if role == "primary"))
 
 
 def _slowest_per_window(run: SimRun, i0: int, width: int = 10) -> np.ndarray:
@@ -56,7 +56,8 @@ def _slowest_per_window(run: SimRun, i0: int, width: int = 10) -> np.ndarray:
     arr = arr[:, ~np.isnan(arr).any(axis=0)]
     n = arr.shape[1] // width
     windows = arr[:, : n * width].reshape(len(sync), n, width).sum(axis=2)
-    return np.argmin(windows, axis=0)
+    slowest: np.ndarray = np.argmin(windows, axis=0)
+    return slowest
 
 
 def test_sync_ms_is_the_time_spent_waiting_for_the_slowest_rank() -> None:

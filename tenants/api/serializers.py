@@ -2,24 +2,26 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from rest_framework import serializers
 
 from tenants.models import AgentToken, ApiToken, Customer, JobMappingRule, MatchField, TokenScope
 
 
-class CustomerSerializer(serializers.ModelSerializer):
+class CustomerSerializer(serializers.ModelSerializer[Customer]):
     class Meta:
         model = Customer
         fields = ["id", "name", "slug", "created_at"]
         read_only_fields = fields
 
 
-class CustomerCreateSerializer(serializers.Serializer):
+class CustomerCreateSerializer(serializers.Serializer[dict[str, Any]]):
     name = serializers.CharField(max_length=200)
     slug = serializers.SlugField(max_length=64)
 
 
-class ApiTokenSerializer(serializers.ModelSerializer):
+class ApiTokenSerializer(serializers.ModelSerializer[ApiToken]):
     class Meta:
         model = ApiToken
         fields = [
@@ -37,32 +39,32 @@ class ApiTokenSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class ApiTokenCreateSerializer(serializers.Serializer):
+class ApiTokenCreateSerializer(serializers.Serializer[dict[str, Any]]):
     name = serializers.CharField(max_length=200)
     scope = serializers.ChoiceField(choices=TokenScope.choices, default=TokenScope.READ)
     customer = serializers.IntegerField(required=False, allow_null=True, default=None)
     expires_at = serializers.DateTimeField(required=False, allow_null=True, default=None)
 
 
-class AgentTokenSerializer(serializers.ModelSerializer):
+class AgentTokenSerializer(serializers.ModelSerializer[AgentToken]):
     class Meta:
         model = AgentToken
         fields = ["id", "name", "prefix", "created_at", "revoked_at", "last_used_at"]
         read_only_fields = fields
 
 
-class AgentTokenCreateSerializer(serializers.Serializer):
+class AgentTokenCreateSerializer(serializers.Serializer[dict[str, Any]]):
     name = serializers.CharField(max_length=200)
 
 
-class JobMappingRuleSerializer(serializers.ModelSerializer):
+class JobMappingRuleSerializer(serializers.ModelSerializer[JobMappingRule]):
     class Meta:
         model = JobMappingRule
         fields = ["id", "match_field", "value", "customer", "priority", "created_at"]
         read_only_fields = fields
 
 
-class JobMappingRuleWriteSerializer(serializers.Serializer):
+class JobMappingRuleWriteSerializer(serializers.Serializer[dict[str, Any]]):
     match_field = serializers.ChoiceField(choices=MatchField.choices)
     value = serializers.CharField(max_length=255)
     customer = serializers.IntegerField()
