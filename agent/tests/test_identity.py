@@ -137,7 +137,7 @@ def test_process_records_exit_and_cache(tmp_path: Path) -> None:
     k = procs[200]
     assert k["job"] == "11111111-2222-3333-4444-555555555555"
     assert k["labels"]["k8s_pod"] == "trainer-0"
-    assert col.identity_of(100).rank == 3  # type: ignore[union-attr]
+    assert (ident := col.identity_of(100)) is not None and ident.rank == 3
 
     # unchanged → nothing new; environ is not read again (we delete it to prove it)
     (tmp_path / "100" / "environ").unlink()
@@ -276,7 +276,7 @@ def test_runtime_join_forgets_a_process_that_is_gone(tmp_path: Path) -> None:
     col = IdentityCollector(node=NODE, proc_root=tmp_path, gpu_pids=lambda: gpu_map)
     join = IdentityJoin(NODE, exit_grace_s=5.0)
     join.apply(col.collect(10.0), now=10.0)
-    assert join.identity_of(400)["rank"] == 7  # type: ignore[index]
+    assert (joined := join.identity_of(400)) is not None and joined["rank"] == 7
     for f in (tmp_path / "400").iterdir():
         f.unlink()
     gpu_map.clear()

@@ -263,7 +263,7 @@ def test_python_traceback_start_frames_end() -> None:
     end = got[4]
     assert end is not None and end.rank == 1
     assert end.error is not None and end.error.startswith("torch.OutOfMemoryError: CUDA out")
-    assert parse_line(text[4]) is not None and parse_line(text[4]).kind == "cuda_oom"  # type: ignore[union-attr]
+    assert (oom := parse_line(text[4])) is not None and oom.kind == "cuda_oom"
 
 
 def test_unknown_lines_return_none() -> None:
@@ -351,7 +351,7 @@ def test_hf_trainer_nan_steps_print_loss_0_and_grad_norm_nan() -> None:
     p = parsed[first_bad]
     assert p is not None and p.loss == 0.0 and p.loss_is_finite
     assert p.to_dict()["grad_norm_nonfinite"] == "nan" and "grad_norm" not in p.to_dict()
-    assert parsed[first_bad - 1] is not None and parsed[first_bad - 1].loss == 0.1922  # type: ignore[union-attr]
+    assert (last_good := parsed[first_bad - 1]) is not None and last_good.loss == 0.1922
 
 
 def test_collapsed_bar_line_is_a_step_without_a_loss() -> None:
@@ -418,7 +418,7 @@ def test_lightning_bars_as_a_non_terminal_gets_them() -> None:
     assert rich.iter_ms == pytest.approx(1000 / 2.79)
     assert rich.loss is None  # at 80 columns the value wrapped onto the next line
     wide = "Epoch 4/4  ━━━━━━━━━━━━━━━━━ 32/32 0:00:11 • 0:00:00 2.79it/s train_loss_step: 0.607"
-    assert parse_line(wide) is not None and parse_line(wide).loss == 0.607  # type: ignore[union-attr]
+    assert (wide_step := parse_line(wide)) is not None and wide_step.loss == 0.607
 
 
 def test_torchrun_tee_prefix_is_stripped_without_claiming_a_rank() -> None:

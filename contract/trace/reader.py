@@ -50,13 +50,13 @@ class Problem:
         return f"line {self.line}: {self.message}"
 
 
-def open_trace_bytes(path: str | os.PathLike[str]) -> IO[bytes]:
+def open_trace_bytes(path: str | os.PathLike[str]) -> IO[bytes] | gzip.GzipFile:
     """The trace's uncompressed bytes, gzip or plain by its first two bytes."""
     fh = open(path, "rb")  # noqa: SIM115 - returned to the caller
     magic = fh.read(2)
     fh.seek(0)
     if magic == GZIP_MAGIC:
-        return gzip.GzipFile(fileobj=fh, mode="rb")  # type: ignore[return-value]
+        return gzip.GzipFile(fileobj=fh, mode="rb")
     return fh
 
 

@@ -150,22 +150,24 @@ class TraceWriter:
         if truth is not None:
             meta_line["truth"] = truth
         self.meta = meta_line
-        self.path = None if hasattr(path, "write") else os.fspath(path)
-        if gzip_compress is None:
-            gzip_compress = self.path is not None and self.path.endswith(".gz")
+        self.path: str | None
         raw: IO[bytes]
-        if self.path is None:
-            raw = path  # type: ignore[assignment]
-            self._owns_raw = False
-        else:
+        if isinstance(path, (str, os.PathLike)):
+            self.path = os.fspath(path)
             raw = open(self.path, "wb")  # noqa: SIM115 - closed in close()
             self._owns_raw = True
+        else:
+            self.path = None
+            raw = path
+            self._owns_raw = False
+        if gzip_compress is None:
+            gzip_compress = self.path is not None and self.path.endswith(".gz")
         self._raw = raw
         self._gz: gzip.GzipFile | None = None
-        sink: IO[bytes] = raw
+        sink: IO[bytes] | gzip.GzipFile = raw
         if gzip_compress:
             self._gz = gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=compresslevel)
-            sink = self._gz  # type: ignore[assignment]
+            sink = self._gz
         self._fh = io.TextIOWrapper(sink, encoding="utf-8", newline="\n", write_through=False)
         self._last_ts = -math.inf
         self.records_written = 0

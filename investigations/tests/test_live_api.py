@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from decimal import Decimal
+from typing import Any, Protocol
 
 import pytest
+from django.contrib.auth.models import User
 from rest_framework.test import APIClient
 
 from investigations import services
@@ -25,16 +27,16 @@ class World:
     a: Tenant
     b: Tenant
     other_customer: Customer
-    other_viewer: object
+    other_viewer: User
     mine: Incident  # a's customer's job
     theirs: Incident  # a's other customer's job
     fleet: Incident  # gpu_degrading, operator-only
     b_incident: Incident
 
 
-def session(user: object) -> APIClient:
+def session(user: User) -> APIClient:
     client = APIClient()
-    client.force_login(user)  # type: ignore[arg-type]
+    client.force_login(user)
     return client
 
 
@@ -105,8 +107,12 @@ def world() -> World:
     )
 
 
-def _ids(response: object) -> set[str]:
-    return {row["id"] for row in response.json()["results"]}  # type: ignore[attr-defined]
+class JsonResponse(Protocol):
+    def json(self) -> Any: ...
+
+
+def _ids(response: JsonResponse) -> set[str]:
+    return {row["id"] for row in response.json()["results"]}
 
 
 def test_incidents_operator_sees_all_customer_only_its_own(world: World) -> None:

@@ -307,5 +307,7 @@ def _logged_losses(lines: list[str]) -> list[tuple[int, float]]:
         if m:
             out.append((int(m.group(1)), float(m.group(2))))
         elif line.startswith("{'loss'"):
-            out.append((i, float(re.search(r"'loss': ([^,]+),", line).group(1))))  # type: ignore[union-attr]
+            hf = re.search(r"'loss': ([^,]+),", line)
+            assert hf is not None, line
+            out.append((i, float(hf.group(1))))
     return out

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any, Protocol
 
 import pytest
+from django.contrib.auth.models import User
 from django.utils import timezone
 from rest_framework.test import APIClient
 
@@ -26,9 +28,9 @@ def b() -> Tenant:
     return make_tenant("opb")
 
 
-def session(user: object) -> APIClient:
+def session(user: User) -> APIClient:
     client = APIClient()
-    client.force_login(user)  # type: ignore[arg-type]
+    client.force_login(user)
     return client
 
 
@@ -38,8 +40,12 @@ def bearer(token: str) -> APIClient:
     return client
 
 
-def ids(response: object) -> set[int]:
-    data = response.json()  # type: ignore[attr-defined]
+class JsonResponse(Protocol):
+    def json(self) -> Any: ...
+
+
+def ids(response: JsonResponse) -> set[int]:
+    data = response.json()
     return {row["id"] for row in data["results"]}
 
 
