@@ -84,7 +84,7 @@ def test_replay_stores_exactly_the_trace_samples(trace: Path) -> None:
                 info.job or None,
                 info.rank,
                 info.local_rank,
-                tuple(sorted(info.labels.items())),
+                info.labels,  # already sorted (key, value) pairs
             )
             ts_ms = np.rint(series.ts * 1000).astype(np.int64)
             stored[key] = list(zip(ts_ms.tolist(), series.values.tolist(), strict=True))
