@@ -167,7 +167,10 @@ def read_spool(spool_dir: Path) -> SpoolState:
     done = max(state.acked_through, state.dropped_through)
     state.next_seq = max(state.next_seq, done + 1)
     for segment in sorted(directory.glob("*.seg")):
-        data = segment.read_bytes()
+        try:
+            data = segment.read_bytes()
+        except FileNotFoundError:  # acked (or dropped) and deleted by the running agent
+            continue
         offset = 0
         while len(data) - offset >= _FRAME.size:
             magic, _crc, seq, length = _FRAME.unpack_from(data, offset)

@@ -1,12 +1,18 @@
-"""The agent's durable transport against the real ingest server on loopback: an ingest outage
-(batches pile up in the on-disk spool; reconnects back off exponentially, jittered and capped;
-everything is delivered exactly once when ingest returns), an agent restart with a non-empty
-spool (resent after the restart), and the spool's size cap (oldest dropped, the drop counted,
-logged and stored by the server as a `spool_dropped` event)."""
+"""The agent's durable transport, the agent a real `proof-agent run` process, against the real
+ingest server on loopback: an ingest outage (batches pile up in the on-disk spool; the agent
+reconnects; everything is delivered exactly once when ingest returns), an agent killed with a
+non-empty spool (resent by the next agent on that spool), the spool's size cap (oldest
+dropped, the drop logged and stored by the server as a `spool_dropped` event), an agent that
+starts during an outage, the node backend from a config file, and `proof-agent doctor` proving
+the token. The backoff's waits and the sender's counters, which only the agent sees, are
+tested in agent/tests/test_transport.py."""
 
 from __future__ import annotations
 
-import logging
+import http.server
+import json
+import signal
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,17 +21,18 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from agent.spool import Spool
-from agent.transport.sink import GrpcSink, make_sink
 from contract import signals
-from contract.wire.client import BatchSender, open_channel
+from contract.trace import validate_trace
 from ingest import services
-from ingest.models import BatchReceipt, Event
+from ingest.models import BatchReceipt, Event, Node
 from ingest.server import IngestServer
 from ingest.storage import BLOCK_TABLE
 from tenants import services as tenant_services
 from tenants.context import tenant_context
 from tenants.testing import make_tenant
+from tests.agentproc import AgentProcess, read_spool, run_agent, toml, wait_for
+
+REPO = Path(__file__).resolve().parent.parent
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -62,21 +69,6 @@ def ingest() -> Iterator[Ingest]:
     srv.stop()
 
 
-def samples(n: int, tag: int) -> list[dict[str, Any]]:
-    now = time.time()
-    return [
-        {
-            "type": "sample",
-            "ts": now - 1 + i / (10 * n),
-            "name": signals.DCGM_FI_DEV_GPU_UTIL,
-            "value": float(tag),
-            "node": "durable-1",
-            "gpu": f"GPU-durable-{i % 4}",
-        }
-        for i in range(n)
-    ]
-
-
 def stored(operator_id: int) -> tuple[int, int]:
     """(samples stored, batch receipts) for the operator."""
     where = "" if connection.vendor == "postgresql" else f" WHERE operator_id = {operator_id:d}"
@@ -87,13 +79,6 @@ def stored(operator_id: int) -> tuple[int, int]:
     return total, receipts
 
 
-def wait_for(predicate: Any, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.1)
-
-
 def agent_token(name: str) -> tuple[int, str]:
     tenant = make_tenant(name)
     return tenant.operator.pk, tenant_services.do_create_agent_token(
@@ -101,101 +86,148 @@ def agent_token(name: str) -> tuple[int, str]:
     )[1]
 
 
-def sink_for(address: str, token: str, spool_dir: Path, **spool_kw: Any) -> GrpcSink:
-    """What make_sink builds, with a short backoff (base 0.1 s, cap 0.8 s) for the test."""
-    sender = BatchSender(open_channel(address), token, retry_delay=0.1, max_retry_delay=0.8)
-    agent_id = "durable-agent"
-    sender.register(agent_id=agent_id, hostname="durable-1", agent_version="test")
-    return GrpcSink(sender, agent_id, spool=Spool(spool_dir, **spool_kw))
+def sim_args(
+    address: str, token: str, tmp: Path, *, duration: float, speed: str = "1", out: str = "sent"
+) -> list[str]:
+    """`proof-agent run` of one simulated 1-GPU node, shipping to `address`, spooled under
+    tmp/spool, with a trace of what it collected in tmp/<out>.jsonl."""
+    argv = ["run", "--backend", "sim", "--scenario", "healthy_training", "--seed", "5"]
+    argv += ["--nodes", "1", "--gpus-per-node", "1", "--duration", str(duration)]
+    argv += ["--speed", speed, "--server", address, "--token", token]
+    return [*argv, "--spool-dir", str(tmp / "spool"), "--out", str(tmp / f"{out}.jsonl")]
 
 
-def test_outage_spools_backs_off_and_delivers_exactly_once(ingest: Ingest, tmp_path: Path) -> None:
+def node_config(tmp: Path, address: str, token: str, **over: dict[str, Any]) -> Path:
+    """An agent config for the node backend on this machine, with the sources that need
+    hardware off; the config's [server] is the test's ingest (plaintext, token_file)."""
+    (tmp / "token").write_text(token + "\n")
+    (tmp / "kmsg").write_text("")
+    (tmp / "sys").mkdir(exist_ok=True)
+    (tmp / "logs").mkdir(exist_ok=True)
+    sections: dict[str, dict[str, Any]] = {
+        "agent": {"node": "durable-node", "interval_s": 0.2},
+        "server": {"address": address, "tls": False, "token_file": str(tmp / "token")},
+        "spool": {"dir": str(tmp / "spool")},
+        "paths": {"sys_root": str(tmp / "sys"), "kmsg": str(tmp / "kmsg")},
+        "nvml": {"enabled": False},
+        "dcgm": {"mode": "off"},
+        "ebpf": {"enabled": False},
+        "inference": {"discover": False},
+        "slurm": {"enabled": False},
+        "logs": {"globs": [str(tmp / "logs" / "*.log")], "slurm_output": False},
+    }
+    for name, body in over.items():
+        sections.setdefault(name, {}).update(body)
+    path = tmp / "agent.toml"
+    path.write_text(toml(sections))
+    return path
+
+
+def receipts(operator_id: int) -> list[tuple[str, int]]:
+    with tenant_context(operator_id):
+        rows = BatchReceipt.objects.for_tenant(operator_id)  # type: ignore[attr-defined]
+        return sorted(rows.values_list("agent_id", "sequence"))
+
+
+def test_outage_spools_reconnects_and_delivers_exactly_once(ingest: Ingest, tmp_path: Path) -> None:
     operator, token = agent_token("durable-outage")
-    sink = sink_for(ingest.address, token, tmp_path / "spool")
-    sink.submit(samples(50, 0))
-    sink.flush()
-    wait_for(lambda: stored(operator) == (50, 1))
-    ingest.stop()
-    for tag in range(1, 21):  # 20 intervals with ingest down
-        sink.submit(samples(50, tag))
-        sink.flush()
-        time.sleep(0.15)
-    assert sink.spool.pending_batches >= 19  # on disk, not acked
-    assert stored(operator) == (50, 1)
-    delays = list(sink.sender.backoff_delays)
-    assert len(delays) >= 4 and sink.sender.stats.reconnects >= 4
-    assert all(0.05 <= d <= 0.8 for d in delays)  # base/2 .. cap
-    assert max(delays) > 0.4  # grew past the base
-    assert len({round(d, 6) for d in delays}) == len(delays)  # jittered: no two equal
-    ingest.start()
-    wait_for(lambda: stored(operator) == (21 * 50, 21))
-    wait_for(lambda: sink.spool.pending_batches == 0)
-    sink.close(timeout=10)
+    agent = AgentProcess(sim_args(ingest.address, token, tmp_path, duration=8), tmp_path / "logs")
+    try:
+        wait_for(lambda: stored(operator)[1] >= 1, what="the first batch stored")
+        ingest.stop()
+        before = stored(operator)
+        time.sleep(3)  # 3 intervals with ingest down
+        down = read_spool(tmp_path / "spool")
+        assert down.pending_batches >= 2  # on disk, not acked
+        assert stored(operator) == before
+        ingest.start()
+        assert agent.wait(timeout=60) == 0, agent.stderr
+    finally:
+        agent.kill()
+    assert "ingest stream broke" in agent.stderr and "reconnecting" in agent.stderr
+    report = validate_trace(tmp_path / "sent.jsonl")
+    spool = read_spool(tmp_path / "spool")
+    assert spool.pending_batches == 0 and spool.acked_through == spool.batches >= 8
+    total = (report.counts["sample"], spool.batches)
+    wait_for(lambda: stored(operator) == total)
     time.sleep(0.5)
-    assert stored(operator) == (21 * 50, 21)  # exactly once: no batch stored twice
+    assert stored(operator) == total  # exactly once: no batch stored twice
 
 
-def test_restart_with_a_non_empty_spool_resends(ingest: Ingest, tmp_path: Path) -> None:
-    operator, token = agent_token("durable-restart")
-    spool_dir = tmp_path / "agent"
-    first = make_sink(server=ingest.address, token=token, spool_dir=str(spool_dir))
-    first.submit(samples(30, 1))
-    first.flush()
-    wait_for(lambda: stored(operator) == (30, 1))
-    ingest.stop()
-    for tag in range(2, 6):
-        first.submit(samples(30, tag))
-        first.flush()
-    first.close(timeout=1)  # the agent stops (or is killed) with 4 batches unacked
-    left = Spool(spool_dir / "batches")
-    assert left.pending_batches == 4
-    left.close()
-    ingest.start()
-    second = make_sink(server=ingest.address, token=token, spool_dir=str(spool_dir))
-    assert second.agent_id == first.agent_id  # same identity: resends are deduplicated
-    second.submit(samples(30, 6))
-    second.flush()
-    wait_for(lambda: stored(operator) == (6 * 30, 6))
-    wait_for(lambda: second.spool.pending_batches == 0)
-    second.close(timeout=10)
-    assert stored(operator) == (6 * 30, 6)
-
-
-def test_spool_cap_drops_oldest_counts_and_reports(
-    ingest: Ingest, tmp_path: Path, caplog: pytest.LogCaptureFixture
+def test_an_agent_killed_with_a_non_empty_spool_is_resent_by_the_next(
+    ingest: Ingest, tmp_path: Path
 ) -> None:
-    operator, token = agent_token("durable-cap")
-    sink = sink_for(
-        ingest.address, token, tmp_path / "spool", max_bytes=64 << 10, segment_bytes=8 << 10
-    )
-    ingest.stop()
-    caplog.set_level(logging.WARNING, logger="agent.transport.sink")
-    for tag in range(40):  # ~40 x 4 KiB batches into a 64 KiB spool
-        sink.submit(samples(200, tag))
-        sink.flush()
-    dropped = sink.spool.dropped_batches
-    assert dropped > 0
-    said = [r.getMessage() for r in caplog.records if "spool full" in r.getMessage()]
-    assert said and "dropped" in said[0]
-    kept = sink.spool.pending_batches
-    assert kept + dropped == 40
+    operator, token = agent_token("durable-restart")
+    spool_dir = tmp_path / "spool"
+    first = AgentProcess(sim_args(ingest.address, token, tmp_path, duration=60), tmp_path / "l1")
+    try:
+        wait_for(lambda: stored(operator)[1] >= 1, what="the first batch stored")
+        ingest.stop()
+        wait_for(lambda: read_spool(spool_dir).pending_batches >= 3, what="3 batches spooled")
+    finally:
+        first.kill()  # kill -9: the agent stops with batches unacked, no clean shutdown
+    left = read_spool(spool_dir)
+    assert left.pending_batches >= 3
+    agent_id = (spool_dir / "agent_id").read_text().strip()
     ingest.start()
-    sink.submit(samples(10, 99))  # the next interval: carries the last drop report, if pending
-    sink.flush()
-    wait_for(lambda: sink.spool.pending_batches == 0)
-    sink.close(timeout=10)
+    second = run_agent(sim_args(ingest.address, token, tmp_path, duration=5, speed="max"))
+    assert second.returncode == 0, second.stderr
+    assert (spool_dir / "agent_id").read_text().strip() == agent_id  # resends deduplicated
+    after = read_spool(spool_dir)
+    assert after.pending_batches == 0 and after.batches > left.batches
+    # Every batch either agent spooled was stored, each once, under the one agent id.
+    wait_for(lambda: len(receipts(operator)) == after.batches)
+    assert receipts(operator) == [(agent_id, seq) for seq in range(1, after.batches + 1)]
+    second_trace = validate_trace(tmp_path / "sent.jsonl")
+    assert stored(operator)[0] > second_trace.counts["sample"]
+
+
+def test_spool_cap_drops_oldest_logs_and_reports(ingest: Ingest, tmp_path: Path) -> None:
+    operator, token = agent_token("durable-cap")
+    config = node_config(tmp_path, ingest.address, token, spool={"max_mib": 1})
+    job_log = tmp_path / "logs" / "job.log"
+    job_log.write_bytes(b"")  # there at start: followed from its end, as `tail -F`
+    ingest.stop()
+    agent = AgentProcess(["run", "--config", str(config), "--interval", "0.1"], tmp_path / "out")
+    try:
+        wait_for(lambda: read_spool(tmp_path / "spool").batches >= 1, what="the agent runs")
+        # ~1.5 MB of job output while ingest is down, into a 1 MiB spool, in pieces that keep
+        # each interval's batch under the spool's 64 KiB segments.
+        chunk = b"".join(b"line %06d %s\n" % (i, b"z" * 100) for i in range(180))
+        with open(job_log, "ab") as fh:
+            for _ in range(75):
+                fh.write(chunk)
+                fh.flush()
+                time.sleep(0.05)
+        wait_for(lambda: "spool full" in agent.stderr, what="the drop logged")
+        time.sleep(0.5)
+        ingest.start()
+        wait_for(lambda: read_spool(tmp_path / "spool").pending_batches == 0, timeout=60)
+        with tenant_context(operator):
+            events = Event.objects.for_tenant(operator).filter(  # type: ignore[attr-defined]
+                name=signals.EVENT_SPOOL_DROPPED
+            )
+            wait_for(lambda: events.exists(), what="the spool_dropped event stored")
+        agent.stop(signal.SIGTERM)
+        assert agent.wait(timeout=60) == 0, agent.stderr
+    finally:
+        agent.kill()
+    said = [line for line in agent.stderr.splitlines() if "spool full" in line]
+    assert said and "spool full (cap 1048576 bytes): dropped" in said[0]
+    spool = read_spool(tmp_path / "spool")
+    dropped = spool.dropped_batches
+    assert dropped > 0 and spool.pending_batches == 0
     with tenant_context(operator):
         events = list(
             Event.objects.for_tenant(operator).filter(name=signals.EVENT_SPOOL_DROPPED)  # type: ignore[attr-defined]
         )
-    assert events, "the drop reached the server as an event"
     assert sum(int(e.value) for e in events) <= dropped
     assert max(int(e.labels["dropped_total"]) for e in events) == dropped
-    total, receipts = stored(operator)
-    # Everything still on disk arrived, plus the up-to-`window` batches the sender already held
-    # in memory when the spool dropped them from disk; nothing twice.
-    assert kept + 1 <= receipts <= min(41, kept + 1 + sink.sender.window)
-    assert total == 200 * (receipts - 1) + 10
+    # Everything still on disk arrived, plus what the transport already held in memory when
+    # the spool dropped it from disk — the sender's window (8) and the one batch its pump
+    # waits to hand over; nothing twice.
+    got = len(receipts(operator))
+    assert spool.batches - dropped <= got <= spool.batches - dropped + 8 + 1
 
 
 def test_agent_starting_during_an_outage_spools_then_delivers(
@@ -203,103 +235,79 @@ def test_agent_starting_during_an_outage_spools_then_delivers(
 ) -> None:
     operator, token = agent_token("durable-cold")
     ingest.stop()
-    sink = make_sink(server=ingest.address, token=token, spool_dir=str(tmp_path / "agent"))
-    for tag in range(3):
-        sink.submit(samples(20, tag))
-        sink.flush()
-    assert sink.spool.pending_batches == 3
-    ingest.start()
-    wait_for(lambda: stored(operator) == (60, 3), timeout=60)
-    sink.close(timeout=10)
+    agent = AgentProcess(sim_args(ingest.address, token, tmp_path, duration=4), tmp_path / "logs")
+    try:
+        wait_for(lambda: read_spool(tmp_path / "spool").pending_batches >= 2, what="spooling")
+        assert stored(operator) == (0, 0)
+        ingest.start()
+        assert agent.wait(timeout=90) == 0, agent.stderr
+    finally:
+        agent.kill()
+    assert "unreachable at start; spooling until it answers" in agent.stderr
+    report = validate_trace(tmp_path / "sent.jsonl")
+    spool = read_spool(tmp_path / "spool")
+    assert spool.pending_batches == 0
+    wait_for(lambda: stored(operator) == (report.counts["sample"], spool.batches), timeout=60)
+
+
+class _Fixtures(http.server.BaseHTTPRequestHandler):
+    routes: dict[str, bytes] = {}
+
+    def do_GET(self) -> None:
+        body = self.routes.get(self.path)
+        self.send_response(200 if body is not None else 404)
+        self.send_header("Content-Type", "text/plain; version=0.0.4")
+        self.end_headers()
+        self.wfile.write(body or b"")
+
+    def log_message(self, *args: Any) -> None:
+        pass
 
 
 def test_node_backend_run_from_config_into_ingest(ingest: Ingest, tmp_path: Path) -> None:
-    """`proof-agent run --config FILE` (the node backend on fixture roots) with the config's
-    [server] (plaintext to loopback, token_file) and [spool]: what it collected is stored."""
-    from agent.cli import main as agent_main
-    from agent.tests.fileserver import serve
-    from agent.tests.test_node_backend import ROUTES, _toml, fake_proc, node_config
-
+    """`proof-agent run --config FILE` (the node backend: this machine's /proc, a
+    dcgm-exporter and a vLLM server serving the fixtures) with the config's [server]
+    (plaintext to loopback, token_file) and [spool]: registered, and what it collected stored."""
     operator, token = agent_token("node-backend-run")
-    (tmp_path / "token").write_text(token + "\n")
-    proc = fake_proc(tmp_path)
-    with serve(ROUTES) as base:
-        cfg = node_config(
+    data = REPO / "agent" / "tests" / "data"
+    _Fixtures.routes = {
+        "/dcgm": (data / "dcgm" / "dcgm_exporter_metrics_L40S_upcloud.prom").read_bytes(),
+        "/vllm": (data / "vllm" / "vllm_metrics_datadog_fixture.prom").read_bytes(),
+    }
+    http_server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Fixtures)
+    threading.Thread(target=http_server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{http_server.server_address[1]}"
+    try:
+        config = node_config(
             tmp_path,
-            proc,
-            base,
-            server={"address": ingest.address, "tls": False, "token_file": str(tmp_path / "token")},
-            ebpf={"enabled": False},
-            slurm={"enabled": False},
+            ingest.address,
+            token,
+            agent={"node": "config-node", "interval_s": 1.0},
+            dcgm={"mode": "exporter", "exporter_url": f"{base}/dcgm"},
+            inference={"endpoints": [f"{base}/vllm"]},
         )
-        path = tmp_path / "agent.toml"
-        path.write_text(_toml(cfg))
         trace = tmp_path / "sent.jsonl"
-        assert (
-            agent_main(["run", "--config", str(path), "--duration", "3", "--out", str(trace)]) == 0
-        )
-    from contract.trace import validate_trace
-
+        done = run_agent(["run", "--config", str(config), "--duration", "3", "--out", str(trace)])
+    finally:
+        http_server.shutdown()
+    assert done.returncode == 0, done.stderr
     report = validate_trace(trace)
     assert report.ok and report.counts["sample"] > 100
     wait_for(lambda: stored(operator)[0] == report.counts["sample"])
-    left = Spool(tmp_path / "spool" / "batches")
-    assert left.pending_batches == 0
-    left.close()
-
-
-def test_registration_carries_the_nodes_gpu_facts(ingest: Ingest, tmp_path: Path) -> None:
-    """The node backend's facts (from NVML: here the simulated one) registered through the
-    transport: each GPU's UUID, index, model, memory, driver and CUDA version reach ingest."""
-    import argparse
-
-    from agent.collectors.nvml_sim import SimulatedNvml
-    from agent.commands._backend import _assemble_node
-    from agent.runtime import ManualClock
-    from ingest.models import Gpu, Node
-
-    operator, token = agent_token("node-facts")
-    path = tmp_path / "agent.toml"
-    path.write_text(
-        f'[agent]\nnode = "facts-node"\n[spool]\ndir = "{tmp_path / "spool"}"\n'
-        '[dcgm]\nmode = "off"\n[slurm]\nenabled = false\n[inference]\ndiscover = false\n'
-    )
-    args = argparse.Namespace(config=str(path), scenario=None, node=None, interval=None, duration=1)
-    nv = SimulatedNvml.with_gpus(2)
-    assembled = _assemble_node(
-        args, clock=ManualClock(0.0), nvml=nv, ebpf_status=lambda: (False, "test")
-    )
-    sink = make_sink(
-        server=ingest.address, token=token, spool_dir=str(tmp_path / "spool"), meta=assembled.meta
-    )
-    sink.close(timeout=5)
+    assert read_spool(tmp_path / "spool").pending_batches == 0
     with tenant_context(operator):
-        node = Node.objects.for_tenant(operator).get(hostname="facts-node")  # type: ignore[attr-defined]
-        gpus = list(Gpu.objects.for_tenant(operator).filter(node=node).order_by("index"))  # type: ignore[attr-defined]
-    assert [(g.uuid, g.index) for g in gpus] == [(g.uuid, i) for i, g in enumerate(nv.gpus)]
-    assert all(g.model == nv.gpus[0].name and g.memory_mib == 80 * 1024 for g in gpus)
-    assert all(g.driver_version and g.cuda_version for g in gpus)
+        assert Node.objects.for_tenant(operator).filter(hostname="config-node").exists()  # type: ignore[attr-defined]
 
 
 def test_doctor_proves_the_token_against_ingest(ingest: Ingest, tmp_path: Path) -> None:
-    from agent.commands.doctor import OK, UNAVAILABLE, check_server
-    from agent.config import parse_config
-
     _operator, token = agent_token("doctor-token")
     for value, status, words in (
-        (token, OK, "token accepted"),
-        ("wrong", UNAVAILABLE, "token refused"),
+        (token, "OK", "token accepted"),
+        ("wrong", "unavailable", "token refused"),
     ):
-        (tmp_path / "token").write_text(value + "\n")
-        cfg = parse_config(
-            {
-                "server": {
-                    "address": ingest.address,
-                    "tls": False,
-                    "token_file": str(tmp_path / "token"),
-                }
-            },
-            env={},
-        )
-        check = check_server(cfg, timeout=10)
-        assert check.status == status and words in check.detail, check
+        config = node_config(tmp_path, ingest.address, value)
+        done = run_agent(["doctor", "--config", str(config), "--json"])
+        assert done.returncode == 0, done.stderr
+        checks = {c["source"]: c for c in json.loads(done.stdout)["checks"]}
+        check = checks["ingest server"]
+        assert check["status"] == status and words in check["detail"], check

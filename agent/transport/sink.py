@@ -240,7 +240,9 @@ class GrpcSink:
         with self._lock:
             self._done.add(sequence)
             through = self._acked_through
-            while through + 1 in self._done or through + 1 <= self.spool.acked_through:
+            # Batches the spool dropped at its cap are never sent, so never acked: past them.
+            done = max(self.spool.acked_through, self.spool.dropped_through)
+            while through + 1 in self._done or through + 1 <= done:
                 through += 1
                 self._done.discard(through)
             if through > self._acked_through:
