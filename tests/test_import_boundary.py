@@ -73,7 +73,9 @@ def test_every_agent_module_imports_without_the_server_stack() -> None:
     )
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout.strip().splitlines()[-1])
-    assert {"agent.cli", "contract.signals", "simulator.run", "engine.analyze"} <= set(report["imported"])
+    assert {"agent.cli", "contract.signals", "simulator.run", "engine.analyze"} <= set(
+        report["imported"]
+    )
     assert not report["failures"], (
         "agent modules that fail to import without the server stack:\n"
         + "\n".join(f"--- {name}\n{trace}" for name, trace in report["failures"].items())
@@ -182,9 +184,7 @@ def test_no_module_outside_the_agent_imports_it() -> None:
             continue
         tree = ast.parse(path.read_bytes(), filename=rel)
         offenders += [f"{rel}:{line}: {module}" for line, module in _agent_imports(tree)]
-    assert offenders == [], "modules outside agent/ that import the agent:\n" + "\n".join(
-        offenders
-    )
+    assert offenders == [], "modules outside agent/ that import the agent:\n" + "\n".join(offenders)
 
 
 def test_the_agent_import_scan_sees_every_form() -> None:
