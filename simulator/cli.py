@@ -56,10 +56,7 @@ def run(args: argparse.Namespace) -> int:
             start_ts=args.start_ts,
             without=[src for src in args.without.split(",") if src],
         )
-    except UnknownScenario as exc:
-        print(f"proof simulate: {exc}", file=sys.stderr)
-        return 2
-    except ValueError as exc:
+    except (UnknownScenario, ValueError) as exc:
         print(f"proof simulate: {exc}", file=sys.stderr)
         return 2
     t1 = time.perf_counter()

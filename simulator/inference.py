@@ -16,6 +16,7 @@ checkpoint read at start-up, process/job records and vLLM's server log lines.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from typing import Any
@@ -465,34 +466,31 @@ def _stats_logs(
         _log(run, ts, node, api_pid, dep.job, _line(dep, api_pid, "APIServer", ts, src, msg))
 
 
-@register(
-    "healthy_inference",
-    kind="inference",
-    family=None,
-    description="vLLM endpoint (1-8 GPUs) busy at peak: batch slots nearly full, KV cache well "
-    "used, prefix caching on — healthy control, no verdict",
+# (scenario, build_inference kind, family, description)
+_SCENARIOS: tuple[tuple[str, str, str | None, str], ...] = (
+    (
+        "healthy_inference",
+        "healthy",
+        None,
+        "vLLM endpoint (1-8 GPUs) busy at peak: batch slots nearly full, KV cache well used, "
+        "prefix caching on — healthy control, no verdict",
+    ),
+    (
+        "underfilled_batches",
+        "underfilled",
+        FAMILY_UNDERFILLED,
+        "vLLM endpoint meets its SLA with ~10% of batch slots in use, KV cache mostly free, long "
+        "RAG prompts so prefill dominates, prefix caching off (docs/design.md §1, case 3)",
+    ),
+    (
+        "saturated_inference",
+        "saturated",
+        None,
+        "the underfilled twin: vLLM endpoint overloaded, slots full, queue growing, KV cache "
+        "near full — not underfilled (saturation is no §6 family: truth family null)",
+    ),
 )
-def build_healthy(ctx: ScenarioContext) -> SimRun:
-    return build_inference(ctx, "healthy")
-
-
-@register(
-    "underfilled_batches",
-    kind="inference",
-    family=FAMILY_UNDERFILLED,
-    description="vLLM endpoint meets its SLA with ~10% of batch slots in use, KV cache mostly "
-    "free, long RAG prompts so prefill dominates, prefix caching off (docs/design.md §1, case 3)",
-)
-def build_underfilled(ctx: ScenarioContext) -> SimRun:
-    return build_inference(ctx, "underfilled")
-
-
-@register(
-    "saturated_inference",
-    kind="inference",
-    family=None,
-    description="the underfilled twin: vLLM endpoint overloaded, slots full, queue growing, KV "
-    "cache near full — not underfilled (saturation is no §6 family: truth family null)",
-)
-def build_saturated(ctx: ScenarioContext) -> SimRun:
-    return build_inference(ctx, "saturated")
+for _name, _kind, _family, _description in _SCENARIOS:
+    register(_name, kind="inference", family=_family, description=_description)(
+        functools.partial(build_inference, kind=_kind)
+    )

@@ -8,6 +8,7 @@ Healthy controls carry {"family": None, "category": None, "subject": None, "onse
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,10 +19,22 @@ from contract.verdicts import subject
 from simulator.fleet import Fleet, make_fleet
 from simulator.logs import xid_line
 from simulator.run import SimRun
-from simulator.scenarios import ScenarioContext, register
+from simulator.scenarios import Builder, ScenarioContext, register
 from simulator.training import JobPlan, JobResult, draw_plan, simulate_job
 
 HEALTHY_TRUTH: dict[str, Any] = {"family": None, "category": None, "subject": None, "onset": None}
+
+
+def _training(*, family: str | None) -> Callable[[Builder], Builder]:
+    """Register a training scenario under its builder's name; its docstring is the one-line
+    description `proof simulate --list` prints (wrapped here, joined back to one line)."""
+
+    def deco(builder: Builder) -> Builder:
+        description = " ".join((builder.__doc__ or "").split())
+        add = register(builder.__name__, kind="training", family=family, description=description)
+        return add(builder)
+
+    return deco
 
 
 def _truth(
@@ -206,20 +219,19 @@ def _first_step_after(res: JobResult, t: float) -> float:
     return float(after[0]) if len(after) else t
 
 
-def _rank_info(res: JobResult, rank: int) -> dict[str, Any]:
-    return res.ranks[rank]
+def _rank_subject(res: JobResult, rank: int) -> dict[str, Any]:
+    """The subject of a fault on one rank: its job, node, GPU and rank."""
+    rk = res.ranks[rank]
+    return subject(job=res.plan.job_id, node=rk["node"], gpu=rk["gpu"], rank=rank)
 
 
 # --- healthy controls -------------------------------------------------------------------------
 
 
-@register(
-    "healthy_training",
-    kind="training",
-    family=None,
-    description="healthy multi-node training job (random framework/log format); may complete with exit 0 — learns normally; a good detector reports nothing",
-)
+@_training(family=None)
 def healthy_training(ctx: ScenarioContext) -> SimRun:
+    """healthy multi-node training job (random framework/log format); may complete with exit 0 —
+    learns normally; a good detector reports nothing"""
     s = _Setup(ctx)
     if s.rng.random() < 0.4:
         # A fine-tune that runs to completion inside the window (exit 0, loss clearly drops).
@@ -234,13 +246,10 @@ def healthy_training(ctx: ScenarioContext) -> SimRun:
     return s.finish(dict(HEALTHY_TRUTH))
 
 
-@register(
-    "healthy_local_checkpoint",
-    kind="training",
-    family=None,
-    description="healthy job checkpointing to fast local NVMe: short pauses aligned with save lines, storage fast (twin of checkpoint_stall)",
-)
+@_training(family=None)
 def healthy_local_checkpoint(ctx: ScenarioContext) -> SimRun:
+    """healthy job checkpointing to fast local NVMe: short pauses aligned with save lines, storage
+    fast (twin of checkpoint_stall)"""
     s = _Setup(ctx)
     plan = s.plan(ckpt_mount=None)
     plan.ckpt_mount = s.fleet.local
@@ -250,13 +259,10 @@ def healthy_local_checkpoint(ctx: ScenarioContext) -> SimRun:
     return s.finish(dict(HEALTHY_TRUTH))
 
 
-@register(
-    "healthy_preexisting_counter",
-    kind="training",
-    family=None,
-    description="healthy job on a GPU with an old, flat row-remap/SBE count (twin of gpu_degrading: a flat counter is not evidence)",
-)
+@_training(family=None)
 def healthy_preexisting_counter(ctx: ScenarioContext) -> SimRun:
+    """healthy job on a GPU with an old, flat row-remap/SBE count (twin of gpu_degrading: a flat
+    counter is not evidence)"""
     s = _Setup(ctx)
     plan = s.plan()
     g = s.fleet.gpu(int(s.rng.integers(s.job_nodes)), int(s.rng.integers(s.fleet.gpus_per_node)))
@@ -276,13 +282,10 @@ def healthy_preexisting_counter(ctx: ScenarioContext) -> SimRun:
 # --- job-side families ------------------------------------------------------------------------
 
 
-@register(
-    "sequence_imbalance",
-    kind="training",
-    family="sequence_imbalance",
-    description="rotating straggler: variable-length sequences, the slowest rank changes every step (twin of slow_rank)",
-)
+@_training(family="sequence_imbalance")
 def sequence_imbalance(ctx: ScenarioContext) -> SimRun:
+    """rotating straggler: variable-length sequences, the slowest rank changes every step (twin of
+    slow_rank)"""
     s = _Setup(ctx, min_nodes=2 if (ctx.nodes or 2) >= 2 else 1)
     plan = s.plan()
     plan.imbalance_seqs = int(s.rng.choice([2, 3, 4, 6]))
@@ -295,13 +298,9 @@ def sequence_imbalance(ctx: ScenarioContext) -> SimRun:
     return s.finish(_truth("sequence_imbalance", "job", subject(job=plan.job_id), onset))
 
 
-@register(
-    "input_starvation",
-    kind="training",
-    family="input_starvation",
-    description="data pipeline too slow: GPUs idle between steps while the input workers' CPU is saturated",
-)
+@_training(family="input_starvation")
 def input_starvation(ctx: ScenarioContext) -> SimRun:
+    """data pipeline too slow: GPUs idle between steps while the input workers' CPU is saturated"""
     s = _Setup(ctx)
     plan = s.plan()
     plan.n_workers = int(s.rng.choice([1, 2, 4]))
@@ -315,13 +314,10 @@ def input_starvation(ctx: ScenarioContext) -> SimRun:
     )
 
 
-@register(
-    "no_learning",
-    kind="training",
-    family="no_learning",
-    description="run completes with exit 0 but learned nothing: loss flat, or learning rate / grad norm zero throughout (twin: healthy_training)",
-)
+@_training(family="no_learning")
 def no_learning(ctx: ScenarioContext) -> SimRun:
+    """run completes with exit 0 but learned nothing: loss flat, or learning rate / grad norm zero
+    throughout (twin: healthy_training)"""
     s = _Setup(ctx)
     mode = str(s.rng.choice(["flat", "zero_lr", "zero_grad"]))
     fw = str(s.rng.choice(["megatron", "hf_trainer"])) if mode != "flat" else None
@@ -345,13 +341,10 @@ def no_learning(ctx: ScenarioContext) -> SimRun:
     )
 
 
-@register(
-    "numerical_divergence",
-    kind="training",
-    family="numerical_divergence",
-    description="loss drifts then explodes/NaN on clean hardware (an old flat row-remap on one GPU); a rerun on other nodes diverges at the same step",
-)
+@_training(family="numerical_divergence")
 def numerical_divergence(ctx: ScenarioContext) -> SimRun:
+    """loss drifts then explodes/NaN on clean hardware (an old flat row-remap on one GPU); a rerun
+    on other nodes diverges at the same step"""
     s = _Setup(ctx, max_nodes=4, copies=2)
     nodes = s.job_nodes
     step = float(
@@ -415,13 +408,10 @@ def numerical_divergence(ctx: ScenarioContext) -> SimRun:
     )
 
 
-@register(
-    "collective_hang",
-    kind="training",
-    family="collective_hang",
-    description="one rank stops launching (stuck in its own code); all others block in the all-reduce until the NCCL watchdog kills the job",
-)
+@_training(family="collective_hang")
 def collective_hang(ctx: ScenarioContext) -> SimRun:
+    """one rank stops launching (stuck in its own code); all others block in the all-reduce until
+    the NCCL watchdog kills the job"""
     s = _Setup(ctx)
     plan = s.plan()
     plan.nccl_timeout_s = float(s.rng.choice([300.0, 600.0, 600.0, 1800.0]))
@@ -430,27 +420,16 @@ def collective_hang(ctx: ScenarioContext) -> SimRun:
     plan.hang = (r, t_h)
     res = s.simulate(plan)
     onset = float(res.step_start[res.hang_step]) if res.hang_step is not None else t_h
-    rk = _rank_info(res, r)
-    return s.finish(
-        _truth(
-            "collective_hang",
-            "job",
-            subject(job=plan.job_id, node=rk["node"], gpu=rk["gpu"], rank=r),
-            onset,
-        )
-    )
+    return s.finish(_truth("collective_hang", "job", _rank_subject(res, r), onset))
 
 
 # --- infrastructure families ------------------------------------------------------------------
 
 
-@register(
-    "slow_rank",
-    kind="training",
-    family="slow_rank",
-    description="persistent straggler: the same rank is slowest every step; cause: clock throttle, power cap, PCIe downgrade+replays or NVLink errors",
-)
+@_training(family="slow_rank")
 def slow_rank(ctx: ScenarioContext) -> SimRun:
+    """persistent straggler: the same rank is slowest every step; cause: clock throttle, power cap,
+    PCIe downgrade+replays or NVLink errors"""
     s = _Setup(ctx)
     plan = s.plan()
     r = int(s.rng.integers(plan.world_size))
@@ -504,25 +483,23 @@ def slow_rank(ctx: ScenarioContext) -> SimRun:
         )
         plan.slow_eff[r] = (t0, float(s.rng.uniform(0.7, 0.85)))
     res = s.simulate(plan)
-    rk = _rank_info(res, r)
+    onset = s.first_step_after(res, t0)
     return s.finish(
         _truth(
             "slow_rank",
             "infrastructure",
-            subject(job=plan.job_id, node=rk["node"], gpu=rk["gpu"], rank=r),
-            s.first_step_after(res, t0),
+            _rank_subject(res, r),
+            onset,
             cause=cause,
         )
     )
 
 
-@register(
-    "checkpoint_stall",
-    kind="training",
-    family="checkpoint_stall",
-    description="checkpoints to the shared NFS mount stall for minutes: all ranks stop launching at every save, NFS write throughput collapses, latency soars, no errors (twin: healthy_local_checkpoint)",
-)
+@_training(family="checkpoint_stall")
 def checkpoint_stall(ctx: ScenarioContext) -> SimRun:
+    """checkpoints to the shared NFS mount stall for minutes: all ranks stop launching at every
+    save, NFS write throughput collapses, latency soars, no errors (twin: healthy_local_checkpoint)
+    """
     s = _Setup(ctx)
     step = float(np.exp(s.rng.uniform(np.log(0.3), np.log(5.0))))
     plan = s.plan(step_time_s=step)
@@ -552,13 +529,10 @@ def checkpoint_stall(ctx: ScenarioContext) -> SimRun:
     )
 
 
-@register(
-    "hardware_fault",
-    kind="training",
-    family="hardware_fault",
-    description="XID/ECC event on one of the job's GPUs, then the loss goes NaN/explodes (silent corruption) or the rank crashes and the job dies (twin of numerical_divergence)",
-)
+@_training(family="hardware_fault")
 def hardware_fault(ctx: ScenarioContext) -> SimRun:
+    """XID/ECC event on one of the job's GPUs, then the loss goes NaN/explodes (silent corruption)
+    or the rank crashes and the job dies (twin of numerical_divergence)"""
     s = _Setup(ctx)
     plan = s.plan()
     r = int(s.rng.integers(plan.world_size))
@@ -589,13 +563,13 @@ def hardware_fault(ctx: ScenarioContext) -> SimRun:
     if code == 79:
         f.lose(g, i_e + 1)
     res = s.simulate(plan)
-    rk = _rank_info(res, r)
+    pid = res.ranks[r]["pid"]
     s.event(
         signals.EVENT_XID,
         t_e,
         gpu_global=g,
         value=code,
-        text=xid_line(code, li, rk["pid"] if code not in (63, 79) else None),
+        text=xid_line(code, li, pid if code not in (63, 79) else None),
     )
     if code in (48, 94, 95):
         s.event(signals.EVENT_ECC_DBE, t_e + 0.001, gpu_global=g, value=1)
@@ -608,7 +582,7 @@ def hardware_fault(ctx: ScenarioContext) -> SimRun:
         _truth(
             "hardware_fault",
             "infrastructure",
-            subject(job=plan.job_id, node=rk["node"], gpu=rk["gpu"], rank=r),
+            _rank_subject(res, r),
             t_e,
             xid=code,
             variant=variant,
@@ -616,13 +590,10 @@ def hardware_fault(ctx: ScenarioContext) -> SimRun:
     )
 
 
-@register(
-    "fabric_degraded",
-    kind="training",
-    family="fabric_degraded",
-    description="InfiniBand symbol/link errors rising on one node's port (sometimes a link flap) while the job's all-reduces slow down",
-)
+@_training(family="fabric_degraded")
 def fabric_degraded(ctx: ScenarioContext) -> SimRun:
+    """InfiniBand symbol/link errors rising on one node's port (sometimes a link flap) while the
+    job's all-reduces slow down"""
     s = _Setup(ctx, min_nodes=2)
     plan = s.plan()
     plan.comm_frac = float(s.rng.uniform(0.08, 0.16))
@@ -709,13 +680,10 @@ def _gpu_degrading_truth(s: _Setup, rise: _SbeRise, **detail: Any) -> SimRun:
     return s.finish(_truth("gpu_degrading", "infrastructure", subj, rise.t0, **detail))
 
 
-@register(
-    "gpu_degrading",
-    kind="training",
-    family="gpu_degrading",
-    description="one GPU heading for failure while its job still runs: rising SBE rate, growing correctable remaps, recurring throttling (twin: healthy_preexisting_counter)",
-)
+@_training(family="gpu_degrading")
 def gpu_degrading(ctx: ScenarioContext) -> SimRun:
+    """one GPU heading for failure while its job still runs: rising SBE rate, growing correctable
+    remaps, recurring throttling (twin: healthy_preexisting_counter)"""
     s = _Setup(ctx)
     plan = s.plan()
     rise = _sbe_rise(s, plan, onset_max=0.4, preexisting_max=30, rate=(0.02, 0.1))
@@ -752,13 +720,11 @@ def gpu_degrading(ctx: ScenarioContext) -> SimRun:
     return _gpu_degrading_truth(s, rise)
 
 
-@register(
-    "xid92_warning",
-    kind="training",
-    family="gpu_degrading",
-    description="a healthy job on a GPU whose corrected (single-bit) ECC errors accelerate, with XID 92 (high single-bit ECC error rate) warnings: fleet health, not a hardware_fault on the job (twin of hardware_fault)",
-)
+@_training(family="gpu_degrading")
 def xid92_warning(ctx: ScenarioContext) -> SimRun:
+    """a healthy job on a GPU whose corrected (single-bit) ECC errors accelerate, with XID 92 (high
+    single-bit ECC error rate) warnings: fleet health, not a hardware_fault on the job (twin of
+    hardware_fault)"""
     s = _Setup(ctx)
     plan = s.plan()
     rise = _sbe_rise(s, plan, onset_max=0.35, preexisting_max=60, rate=(0.05, 0.3))

@@ -98,6 +98,27 @@ def _make(controller_dir: Path, name: str) -> Cgroup:
     return Cgroup(path)
 
 
+def _v1_group(hierarchy: str, probe: str, missing: str, name: str) -> Cgroup:
+    """A new cgroup in the v1 `hierarchy`, whose controller file `probe` must exist."""
+    base = CGROUP_ROOT / hierarchy
+    if not (base / probe).exists():
+        raise Unavailable(f"{missing} at {base}")
+    return _make(base, name)
+
+
+@contextlib.contextmanager
+def _limited(cg: Cgroup, setting: str, value: str, error: str) -> Iterator[Cgroup]:
+    """Writes the limit `setting` = `value`, yields the cgroup, removes it at the end."""
+    try:
+        try:
+            (cg.path / setting).write_text(value)
+        except OSError as exc:
+            raise Unavailable(f"{error}: {exc}") from exc
+        yield cg
+    finally:
+        cg.remove()
+
+
 @contextlib.contextmanager
 def cpu_cap(name: str, cores: float) -> Iterator[Cgroup]:
     """A cgroup whose members together get at most `cores` CPUs (CFS bandwidth control)."""
@@ -109,20 +130,12 @@ def cpu_cap(name: str, cores: float) -> Iterator[Cgroup]:
         cg = _make(CGROUP_ROOT, name)
         setting, value = "cpu.max", f"{quota} {period}"
     else:
-        base = CGROUP_ROOT / "cpu"
-        if not (base / "cpu.cfs_quota_us").exists():
-            raise Unavailable(f"cgroup v1 cpu controller with CFS quota not mounted at {base}")
-        cg = _make(base, name)
+        missing = "cgroup v1 cpu controller with CFS quota not mounted"
+        cg = _v1_group("cpu", "cpu.cfs_quota_us", missing, name)
         setting, value = "cpu.cfs_quota_us", str(quota)
         (cg.path / "cpu.cfs_period_us").write_text(str(period))
-    try:
-        try:
-            (cg.path / setting).write_text(value)
-        except OSError as exc:
-            raise Unavailable(f"cannot write {cg.path / setting}: {exc}") from exc
+    with _limited(cg, setting, value, f"cannot write {cg.path / setting}"):
         yield cg
-    finally:
-        cg.remove()
 
 
 def throttled_periods(cg: Cgroup) -> int:
@@ -144,19 +157,11 @@ def write_cap(name: str, device: str, bytes_per_s: int) -> Iterator[Cgroup]:
         cg = _make(CGROUP_ROOT, name)
         setting, value = "io.max", f"{device} wbps={bytes_per_s}"
     else:
-        base = CGROUP_ROOT / "blkio"
-        if not (base / "blkio.throttle.write_bps_device").exists():
-            raise Unavailable(f"cgroup v1 blkio throttling is not available at {base}")
-        cg = _make(base, name)
+        missing = "cgroup v1 blkio throttling is not available"
+        cg = _v1_group("blkio", "blkio.throttle.write_bps_device", missing, name)
         setting, value = "blkio.throttle.write_bps_device", f"{device} {bytes_per_s}"
-    try:
-        try:
-            (cg.path / setting).write_text(value)
-        except OSError as exc:
-            raise Unavailable(f"cannot set {setting} = {value!r} on {cg.path}: {exc}") from exc
+    with _limited(cg, setting, value, f"cannot set {setting} = {value!r} on {cg.path}"):
         yield cg
-    finally:
-        cg.remove()
 
 
 def in_cgroup(cg: Cgroup, argv: list[str]) -> list[str]:

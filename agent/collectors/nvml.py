@@ -578,22 +578,21 @@ def _cuda_version(value: Any) -> str | None:
     return f"{v // 1000}.{(v % 1000) // 10}"
 
 
+# NVML value type → the member of the c_nvmlValue_t union holding it (else usVal, unsigned short).
+_VALUE_MEMBERS = (
+    ("NVML_VALUE_TYPE_DOUBLE", "dVal"),
+    ("NVML_VALUE_TYPE_UNSIGNED_INT", "uiVal"),
+    ("NVML_VALUE_TYPE_UNSIGNED_LONG", "ulVal"),
+    ("NVML_VALUE_TYPE_UNSIGNED_LONG_LONG", "ullVal"),
+    ("NVML_VALUE_TYPE_SIGNED_LONG_LONG", "sllVal"),
+    ("NVML_VALUE_TYPE_SIGNED_INT", "siVal"),
+)
+
+
 def _field_value(nv: Any, fv: Any) -> float:
     vt = int(fv.valueType)
-    val = fv.value
-    if vt == nv.NVML_VALUE_TYPE_DOUBLE:
-        return float(val.dVal)
-    if vt == nv.NVML_VALUE_TYPE_UNSIGNED_INT:
-        return float(val.uiVal)
-    if vt == nv.NVML_VALUE_TYPE_UNSIGNED_LONG:
-        return float(val.ulVal)
-    if vt == nv.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG:
-        return float(val.ullVal)
-    if vt == nv.NVML_VALUE_TYPE_SIGNED_LONG_LONG:
-        return float(val.sllVal)
-    if vt == nv.NVML_VALUE_TYPE_SIGNED_INT:
-        return float(val.siVal)
-    return float(val.usVal)
+    member = next((m for name, m in _VALUE_MEMBERS if vt == getattr(nv, name)), "usVal")
+    return float(getattr(fv.value, member))
 
 
 def describe_init_error(nv: Any, exc: BaseException) -> str:

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import time
 from dataclasses import dataclass
 from importlib import metadata
 from typing import Any
 
 from agent.config import ConfigError, load_config
-from agent.runtime import AcceleratedClock, Clock, Collector, SystemClock
+from agent.runtime import AcceleratedClock, Agent, AgentStats, Clock, Collector, Sink, SystemClock
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +98,24 @@ class Assembled:
     truth: Any
     interval: float = 1.0
     config: Any = None  # the AgentConfig (--backend node)
+
+    def run_agent(self, sink: Sink) -> AgentStats:
+        """The agent loop over these collectors into `sink`, until `until` or SIGINT/SIGTERM
+        (which stop it cleanly); the agent is closed and the previous handlers are back after."""
+        agent = Agent(
+            self.collectors, sink, clock=self.clock, interval=self.interval, node=self.node
+        )
+
+        def stop(signum: int, frame: object) -> None:
+            agent.stop()
+
+        previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            return agent.run(until=self.until)
+        finally:
+            agent.close()
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
 
 
 def assemble(args: argparse.Namespace) -> Assembled:

@@ -15,13 +15,11 @@ from __future__ import annotations
 
 import argparse
 import resource
-import signal
 import sys
 import time
-from typing import Any
 
 from agent.commands._backend import BackendError, add_backend_arguments, assemble
-from agent.runtime import Agent, TraceSink
+from agent.runtime import TraceSink
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -40,21 +38,8 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"proof-agent record: cannot write {args.out}: {exc}", file=sys.stderr)
         return 2
-    agent = Agent(
-        assembled.collectors,
-        sink,
-        clock=assembled.clock,
-        interval=assembled.interval,
-        node=assembled.node,
-    )
-    previous = _stop_on_signals(agent)
     wall0, cpu0 = time.monotonic(), time.process_time()
-    try:
-        stats = agent.run(until=assembled.until)
-    finally:
-        agent.close()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    stats = assembled.run_agent(sink)
     wall, cpu = time.monotonic() - wall0, time.process_time() - cpu0
     rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(
@@ -68,13 +53,3 @@ def run(args: argparse.Namespace) -> int:
     if stats.collector_errors:
         print(f"collector errors: {stats.collector_errors}", file=sys.stderr)
     return 0
-
-
-def _stop_on_signals(agent: Agent) -> dict[int, Any]:
-    def stop(signum: int, frame: object) -> None:
-        agent.stop()
-
-    previous: dict[int, Any] = {}
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        previous[sig] = signal.signal(sig, stop)
-    return previous

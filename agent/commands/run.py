@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import signal
 import sys
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
 from agent.commands._backend import BackendError, add_backend_arguments, assemble
-from agent.runtime import Agent, Record, Sink, TraceSink
+from agent.runtime import Record, Sink, TraceSink
 
 TRANSPORT_MODULE = "agent.transport.sink"
 
@@ -154,31 +153,11 @@ def run(args: argparse.Namespace) -> int:
             sinks.append(TraceSink(args.out, assembled.meta, truth=assembled.truth))
         if not sinks:
             sinks.append(PrintSink(args.print_every))
-    except BackendError as exc:
-        print(f"proof-agent run: {exc}", file=sys.stderr)
-        return 2
-    except OSError as exc:
+    except (BackendError, OSError) as exc:
         print(f"proof-agent run: {exc}", file=sys.stderr)
         return 2
     sink: Sink = sinks[0] if len(sinks) == 1 else TeeSink(sinks)
-    agent = Agent(
-        assembled.collectors,
-        sink,
-        clock=assembled.clock,
-        interval=assembled.interval,
-        node=assembled.node,
-    )
-
-    def stop(signum: int, frame: object) -> None:
-        agent.stop()
-
-    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        stats = agent.run(until=assembled.until)
-    finally:
-        agent.close()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    stats = assembled.run_agent(sink)
     print(
         f"agent stopped after {stats.ticks} intervals, {stats.records} records, "
         f"{stats.busy_s:.2f} s CPU in collection",

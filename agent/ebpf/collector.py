@@ -471,27 +471,29 @@ class EbpfCollector:
                 if pid in blocked:
                     # Counted in cuda.sync_ms only when it returns; visible here while it hangs.
                     emit(signals.CUDA_SYNC_OPEN_MS, blocked[pid] / NS_PER_MS)
-            for call, kind in MEMCPY_KINDS.items():
-                memcpy = calls.get(call)
-                if memcpy is None or not memcpy.calls:
+            for call, call_labels, (n_calls, n_bytes, ms) in _LABELLED_CALLS:
+                agg = calls.get(call)
+                if agg is None or not agg.calls:
                     continue
-                labels = {"kind": kind}
-                emit(signals.CUDA_MEMCPY_CALLS, memcpy.calls, labels)
-                emit(signals.CUDA_MEMCPY_BYTES, memcpy.bytes, labels)
-                emit(signals.CUDA_MEMCPY_MS, memcpy.total_ns / NS_PER_MS, labels)
-            for call, op in NCCL_OP_LABELS.items():
-                nccl = calls.get(call)
-                if nccl is None or not nccl.calls:
-                    continue
-                labels = {"op": op}
-                emit(signals.NCCL_CALLS, nccl.calls, labels)
-                emit(signals.NCCL_BYTES, nccl.bytes, labels)
-                emit(signals.NCCL_MS, nccl.total_ns / NS_PER_MS, labels)
+                labels = dict(call_labels)  # a fresh dict per process, as records are mutable
+                emit(n_calls, agg.calls, labels)
+                emit(n_bytes, agg.bytes, labels)
+                emit(ms, agg.total_ns / NS_PER_MS, labels)
             group = calls.get(Call.NCCL_GROUP)
             if group is not None and group.calls:
                 emit(signals.NCCL_GROUPS, group.calls)
                 emit(signals.NCCL_GROUP_MS, group.total_ns / NS_PER_MS)
         return records
+
+
+# Copies by kind and NCCL collectives by op: (call, labels, (calls, bytes, ms signals)), in the
+# order they are emitted.
+_MEMCPY_SIGNALS = (signals.CUDA_MEMCPY_CALLS, signals.CUDA_MEMCPY_BYTES, signals.CUDA_MEMCPY_MS)
+_NCCL_SIGNALS = (signals.NCCL_CALLS, signals.NCCL_BYTES, signals.NCCL_MS)
+_LABELLED_CALLS: tuple[tuple[Call, dict[str, str], tuple[str, str, str]], ...] = (
+    *((call, {"kind": kind}, _MEMCPY_SIGNALS) for call, kind in MEMCPY_KINDS.items()),
+    *((call, {"op": op}, _NCCL_SIGNALS) for call, op in NCCL_OP_LABELS.items()),
+)
 
 
 class _Emitter:

@@ -4,7 +4,6 @@ agent's identity collector on the real /proc; ranks found under a launcher)."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
@@ -17,9 +16,9 @@ from typing import Any
 from agent.collectors.identity import IdentityCollector, ProcessIdentity
 from agent.collectors.nvml import GpuRef
 from agent.commands.exec import is_launcher, out_path
+from agent.tests.exec_env import analyze_json, job_free_env
 from contract.trace.reader import TraceReader, validate_trace
 
-ROOT = Path(__file__).resolve().parents[2]
 AGENT = [sys.executable, "-c", "import sys; from agent.cli import main; sys.exit(main())"]
 
 SCRIPT = r"""
@@ -32,17 +31,7 @@ sys.exit(3)
 """
 
 
-def _env(**extra: str) -> dict[str, str]:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(
-            ("SLURM_", "RANK", "LOCAL_RANK", "WORLD_SIZE", "TORCHELASTIC_", "PROOF_JOB", "OMPI_")
-        )
-    }
-    env["PYTHONPATH"] = str(ROOT)
-    env.update(extra)
-    return env
+_env = job_free_env
 
 
 def _records(path: Path) -> list[dict[str, Any]]:
@@ -195,16 +184,7 @@ def _boot8() -> str:
 
 
 def _analyze_json(*paths: Path) -> dict[str, Any]:
-    proc = subprocess.run(
-        [sys.executable, "-m", "proof_web.cli", "analyze", "--json", *map(str, paths)],
-        capture_output=True,
-        env=_env(),
-        cwd=ROOT,
-        timeout=120,
-    )
-    assert proc.returncode == 0, proc.stderr.decode()
-    report: dict[str, Any] = json.loads(proc.stdout)
-    return report
+    return analyze_json(*paths, env=_env())
 
 
 WAITS = (

@@ -4,7 +4,6 @@ the trace, and `proof analyze --json` listing the job with its ranks, steps and 
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import subprocess
@@ -14,9 +13,9 @@ from typing import Any
 
 import pytest
 
+from agent.tests.exec_env import analyze_json, job_free_env
 from contract.trace.reader import TraceReader, validate_trace
 
-ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 TORCHRUN = str(BIN / "torchrun")
 PROOF_AGENT = str(BIN / "proof-agent")
@@ -43,17 +42,10 @@ dist.destroy_process_group()
 
 
 def _env() -> dict[str, str]:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(
-            ("SLURM_", "RANK", "LOCAL_RANK", "WORLD_SIZE", "TORCHELASTIC_", "PROOF_JOB", "OMPI_")
-        )
-        and k not in ("MASTER_ADDR", "MASTER_PORT")
-    }
-    env["PYTHONPATH"] = str(ROOT)
+    env = job_free_env(OMP_NUM_THREADS="1")
+    for rendezvous in ("MASTER_ADDR", "MASTER_PORT"):
+        env.pop(rendezvous, None)
     env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
-    env["OMP_NUM_THREADS"] = "1"
     return env
 
 
@@ -69,22 +61,23 @@ def _records(path: Path) -> list[dict[str, Any]]:
     return list(TraceReader(path).dicts())
 
 
-def _analyze(*paths: Path) -> dict[str, Any]:
-    proc = subprocess.run(
-        [sys.executable, "-m", "proof_web.cli", "analyze", "--json", *map(str, paths)],
-        capture_output=True,
-        env=_env(),
-        cwd=ROOT,
-        timeout=120,
-    )
-    assert proc.returncode == 0, proc.stderr.decode()
-    report: dict[str, Any] = json.loads(proc.stdout)
-    return report
-
-
-def _summary(doc: dict[str, Any]) -> dict[str, Any]:
-    (job,) = doc["jobs"]
+def _summary(*paths: Path) -> dict[str, Any]:
+    """`proof analyze --json` on the traces: the one job's summary."""
+    (job,) = analyze_json(*paths, env=_env())["jobs"]
     return {k: job[k] for k in ("job", "kind", "state", "exit_code", "ranks", "steps")}
+
+
+def _completed(job: str) -> dict[str, Any]:
+    """The summary of the tiny two-rank run, completed: five steps logged."""
+    steps = {"first": 1, "last": 5, "count": 5, "logged": 5}
+    return {
+        "job": job,
+        "kind": "training",
+        "state": "completed",
+        "exit_code": 0,
+        "ranks": [0, 1],
+        "steps": steps,
+    }
 
 
 def _free_port() -> int:
@@ -119,14 +112,7 @@ def test_exec_around_torchrun(tmp_path: Path, script: Path) -> None:
     # the workers' own torchrun run id is kept as a label
     assert len({r["labels"]["torchelastic_run_id"] for r in ranks}) == 1
     assert recs[-1]["type"] == "job" and recs[-1]["state"] == "completed"
-    assert _summary(_analyze(out)) == {
-        "job": job,
-        "kind": "training",
-        "state": "completed",
-        "exit_code": 0,
-        "ranks": [0, 1],
-        "steps": {"first": 1, "last": 5, "count": 5, "logged": 5},
-    }
+    assert _summary(out) == _completed(job)
 
 
 @pytest.mark.parametrize("static", [False, True], ids=["run-id", "static-rendezvous"])
@@ -170,11 +156,4 @@ def test_torchrun_around_exec(tmp_path: Path, script: Path, static: bool) -> Non
     else:
         assert job == f"torchelastic-{run_id}"
     assert [recs[-1]["exit_code"] for recs in per_rank] == [0, 0]
-    assert _summary(_analyze(*files)) == {
-        "job": job,
-        "kind": "training",
-        "state": "completed",
-        "exit_code": 0,
-        "ranks": [0, 1],
-        "steps": {"first": 1, "last": 5, "count": 5, "logged": 5},
-    }
+    assert _summary(*files) == _completed(job)
