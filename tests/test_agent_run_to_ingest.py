@@ -51,7 +51,9 @@ def test_run_streams_a_simulated_node_into_ingest(server: IngestServer, tmp_path
     argv += ["--spool-dir", str(spool_dir), "--out", str(trace)]
     done = run_agent(argv)
     assert done.returncode == 0, done.stderr
-    intervals = int(re.search(r"agent stopped after (\d+) intervals", done.stdout)[1])
+    stopped = re.search(r"agent stopped after (\d+) intervals", done.stdout)
+    assert stopped is not None, done.stdout
+    intervals = int(stopped[1])
     report = validate_trace(trace)
     assert report.ok and report.counts["sample"] > 100
     # Everything the agent collected (the same records went to the trace) was stored, and the

@@ -41,7 +41,9 @@ def test_spooled_sink_delivers_and_empties_its_spool(tmp_path: Path) -> None:
     finally:
         server.stop(grace=1)
     assert done.returncode == 0, done.stderr
-    intervals = int(re.search(r"agent stopped after (\d+) intervals", done.stdout)[1])
+    stopped = re.search(r"agent stopped after (\d+) intervals", done.stdout)
+    assert stopped is not None, done.stdout
+    intervals = int(stopped[1])
     reader = TraceReader(trace)
     sent = [
         r for r in reader if r["type"] == "sample" and r["name"] == signals.DCGM_FI_DEV_GPU_TEMP
