@@ -10,8 +10,8 @@ class Migration(migrations.Migration):
     initial = True
 
     dependencies = [
-        ('ingest', '0002_sample_blocks'),
-        ('tenants', '0002_tokens_and_job_mapping'),
+        ('ingest', '0001_squashed_0002_sample_blocks'),
+        ('tenants', '0001_squashed_0002_tokens_and_job_mapping'),
     ]
 
     operations = [
