@@ -4,7 +4,7 @@ Redis in CI, SQLite when unset)."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -57,3 +57,24 @@ def django_db_setup(
         default.close()
         owner.close()
         owner.creation.destroy_test_db(original_name, verbosity=0)
+
+
+@pytest.fixture
+def start_task_worker() -> Iterator[Callable[[], Any]]:
+    """Start a real Celery worker in this process (proof_web/runner.py's TaskRunner, with no
+    periodic tasks) on the in-process broker that tests use: what the test enqueues from then
+    on, it runs. The worker's threads have connections of their own, so the test needs
+    `django_db(transaction=True)`. Stopped at the end of the test."""
+    from proof_web.runner import TaskRunner
+
+    started: list[TaskRunner] = []
+
+    def start() -> TaskRunner:
+        runner = TaskRunner({})
+        runner.start()
+        started.append(runner)
+        return runner
+
+    yield start
+    for runner in started:
+        runner.stop()

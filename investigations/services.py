@@ -19,14 +19,13 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
-from django.conf import settings
 from django.core.cache import cache
 from django.db import IntegrityError, connection, transaction
 from django.db.models import F, Value
 from django.db.models.functions import Greatest, Least
 
 from ingest.models import Job, JobRank, JobState
-from investigations import notifications
+from investigations import notifications, signals
 from investigations.models import (
     GPU_DEGRADING,
     GpuListPrice,
@@ -170,27 +169,15 @@ def _debounce_key(operator_id: int, job_pk: int) -> str:
     return _key("eval-debounce", operator_id, job_pk)
 
 
-# None: enqueue when a broker is configured (not the embedded default) and not under tests,
-# whose shared Redis has no worker for them. Tests that exercise the enqueue set it True.
-ENQUEUE: bool | None = None
-
-
-def enqueue_enabled() -> bool:
-    if ENQUEUE is not None:
-        return ENQUEUE
-    return not settings.CELERY_TASK_ALWAYS_EAGER and settings.PROOF_ENV != "test"
-
-
 def schedule_job_evaluation(operator_id: int, job_pk: int, countdown: float = DEBOUNCE_S) -> None:
-    """Queue evaluate_job for a worker. In the embedded default (tasks run eagerly, no broker)
-    nothing is queued here: running the detectors inline would stall the ingest writer, so the
-    in-process runner's fan-out (proof_web/commands/demo.py) evaluates active jobs instead."""
-    if not enqueue_enabled():
-        return
-    from investigations.tasks import evaluate_job
-
-    # The countdown lets the evaluation see the rest of the debounce period's data too.
-    evaluate_job.apply_async((operator_id, job_pk), countdown=countdown)
+    """Announce that the job needs an evaluation in `countdown` seconds (the countdown lets it
+    see the rest of the debounce period's data too). investigations.tasks answers by enqueuing
+    its evaluate_job task: to the broker's workers in production, to the in-process runner's
+    workers in the embedded default (proof_web/runner.py). The services never import the
+    tasks, which import the services."""
+    signals.evaluation_due.send(
+        sender=schedule_job_evaluation, operator_id=operator_id, job_pk=job_pk, countdown=countdown
+    )
 
 
 # --- locking -----------------------------------------------------------------------------------

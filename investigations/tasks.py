@@ -1,35 +1,50 @@
 """Celery tasks of the live pipeline: ids in, rows re-read, one service call.
 
-`evaluate_job` and `evaluate_fleet_health` take the operator id first and run as that tenant
-(`tenants.context.tenant_task`: one tenant transaction, row-level security on). The services
-open their own short `tenant_context()` blocks too (savepoints here), because the embedded
-default's evaluator thread (proof_web/commands/demo_live.py) calls them directly, outside any
-task: on SQLite one transaction around the detectors would hold the write lock for their whole
-run. The fan-out tasks read across tenants (system_context) and only enqueue.
+The same task objects run everywhere: on the broker's workers in production and on the
+in-process runner's workers in the embedded default (proof_web/runner.py, which also sends the
+periodic ones of proof_web/schedule.py). Which of the two is the Celery configuration chosen at
+startup (proof_web/settings.py), never a switch in the code that enqueues.
+
+`evaluate_job` and `evaluate_fleet_health` take the operator id first (checked to be an int)
+and open no transaction around the service: the services scope each read and their one write
+in short `tenant_context()` blocks of their own, row-level security on in each. One tenant
+transaction around the detectors' whole run would, on the embedded SQLite (whose transactions
+take the write lock at BEGIN), lock ingest's writers out for as long as the detectors run.
+The fan-out tasks read across tenants (system_context) and only enqueue.
+
+`enqueue_evaluation` answers the services' `investigations.signals.evaluation_due` (sent after
+the commit that stored a job's data) with `evaluate_job.apply_async`, so the services never
+import this module.
 """
 
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from celery import shared_task
+from django.dispatch import receiver
 
 from investigations import selectors, services
-from tenants.context import tenant_task
+from investigations.signals import evaluation_due
 
 log = logging.getLogger(__name__)
 
 
+def _operator_id(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"the first argument must be the operator id (an int), got {value!r}")
+    return value
+
+
 @shared_task(name="investigations.evaluate_job", ignore_result=True)
-@tenant_task
 def evaluate_job(operator_id: int, job_id: int) -> str:
-    return services.evaluate_job(operator_id, int(job_id)).status
+    return services.evaluate_job(_operator_id(operator_id), int(job_id)).status
 
 
 @shared_task(name="investigations.evaluate_fleet_health", ignore_result=True)
-@tenant_task
 def evaluate_fleet_health(operator_id: int, gpu_id: str) -> str:
-    return services.evaluate_fleet_health(operator_id, str(gpu_id)).status
+    return services.evaluate_fleet_health(_operator_id(operator_id), str(gpu_id)).status
 
 
 @shared_task(name="investigations.fan_out_job_evaluations", ignore_result=True)
@@ -48,3 +63,11 @@ def fan_out_fleet_health() -> int:
     for operator_id, gpu in due:
         evaluate_fleet_health.delay(operator_id, gpu)
     return len(due)
+
+
+@receiver(evaluation_due, dispatch_uid="investigations.tasks.enqueue_evaluation")
+def enqueue_evaluation(
+    sender: Any, *, operator_id: int, job_pk: int, countdown: float, **kwargs: Any
+) -> None:
+    """A job's new data is due for an evaluation: enqueue the task, `countdown` s from now."""
+    evaluate_job.apply_async((operator_id, job_pk), countdown=countdown)

@@ -1,8 +1,9 @@
 """Django settings for Proof, read from the environment (see .env.example).
 
 Two shapes from one file:
-- embedded default (no DATABASE_URL, no REDIS_URL): SQLite in PROOF_DATA_DIR, Celery tasks run
-  in-process, an in-memory channel layer. Everything works on one machine, nothing scales.
+- embedded default (no DATABASE_URL, no REDIS_URL): SQLite in PROOF_DATA_DIR, Celery tasks go
+  to an in-process broker that the in-process runner (proof_web/runner.py) consumes, an
+  in-memory channel layer. Everything works on one machine, nothing scales.
 - production (DATABASE_URL and REDIS_URL set): PostgreSQL with row-level security, Redis as the
   Celery broker and the Channels layer, separate web / ingest / worker / beat processes.
 """
@@ -150,10 +151,18 @@ IS_POSTGRES = _app_db is not None
 REDIS_URL = env_optional("REDIS_URL")
 EMBEDDED = REDIS_URL is None and _app_db is None
 
-CELERY_BROKER_URL = REDIS_URL or "memory://"
+# Where an enqueued task goes, chosen here once: with Redis, to its queue for the worker and
+# beat processes; in the embedded default and under tests (whose shared Redis has no worker
+# for them), to an in-process memory broker that only the in-process runner consumes
+# (proof_web/runner.py: the schedule's periodic tasks and a small worker pool, as `proof demo`
+# runs it). Never eager: a task enqueued by ingest must not run in ingest's writer thread.
+TASKS_IN_PROCESS = REDIS_URL is None or PROOF_ENV == "test"
+CELERY_BROKER_URL = "memory://localhost/" if TASKS_IN_PROCESS else REDIS_URL
+# The in-process queue is polled: 0.1 s keeps a queued task's wait short, at a few idle
+# wake-ups a second.
+CELERY_BROKER_TRANSPORT_OPTIONS = {"polling_interval": 0.1} if TASKS_IN_PROCESS else {}
 CELERY_RESULT_BACKEND = None
-CELERY_TASK_ALWAYS_EAGER = REDIS_URL is None
-CELERY_TASK_EAGER_PROPAGATES = True
+CELERY_TASK_ALWAYS_EAGER = False
 CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TIMEZONE = "UTC"

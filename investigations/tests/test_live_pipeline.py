@@ -5,7 +5,9 @@ notifications and GPU-time accounting; the lock and the debounce."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from decimal import Decimal
+from typing import Any
 
 import pytest
 
@@ -14,9 +16,9 @@ from ingest.processing import Limits, decode_batch
 from ingest.tests.helpers import gpu_batch
 from investigations import notifications, selectors, services
 from investigations.models import Incident, JobActivity, JobGpuUsage
+from investigations.signals import evaluation_due
 from investigations.tasks import evaluate_fleet_health, evaluate_job, fan_out_job_evaluations
 from investigations.tests.live_helpers import GPU_MODEL, job_pk, run_together, store_sim
-from proof_web.celery import app as celery_app
 from tenants.context import tenant_context
 from tenants.testing import make_tenant
 
@@ -124,29 +126,67 @@ def test_concurrent_evaluations_of_one_job_run_once(
         assert sum(u.gpu_seconds for u in JobGpuUsage.objects.for_tenant(op)) == gpu_seconds
 
 
-def test_ingest_signal_is_debounced_and_enqueues_the_evaluation(
-    monkeypatch: pytest.MonkeyPatch,
-    request: pytest.FixtureRequest,
-    fired: list[notifications.Notification],
+def test_ingest_signal_is_debounced_and_a_worker_runs_the_evaluation(
+    start_task_worker: Callable[[], Any], fired: list[notifications.Notification]
 ) -> None:
+    """The announcement is debounced per job, goes through the task (a real Celery worker
+    runs it), and the countdown lets the evaluation see the rest of the debounce period."""
+    task_worker = start_task_worker()
     a = make_tenant("live-c")
     op = a.operator.pk
-    # Enqueue for real, with Celery executing the task in-process (no worker in tests).
-    monkeypatch.setattr(services, "ENQUEUE", True)
-    previous = celery_app.conf.task_always_eager
-    celery_app.conf.task_always_eager = True
-    request.addfinalizer(lambda: setattr(celery_app.conf, "task_always_eager", previous))
-    sim = store_sim(op, "sequence_imbalance", seed=3)
-    # Batches arrived every few ms, but the evaluation ran at most once per DEBOUNCE_S: with
-    # 120 s of data stored in well under 10 s, exactly once — on the first batch, which saw
-    # almost nothing. Its data now stands unevaluated, which the fan-out picks up.
+    announced: list[tuple[int, int, float, float]] = []
+
+    def record(sender: Any, *, operator_id: int, job_pk: int, countdown: float, **_: Any) -> None:
+        announced.append((operator_id, job_pk, countdown, time.monotonic()))
+
+    evaluation_due.connect(record)
+    try:
+        started = time.monotonic()
+        sim = store_sim(op, "sequence_imbalance", seed=3)
+        stored_in = time.monotonic() - started
+    finally:
+        evaluation_due.disconnect(record)
     with tenant_context(op):
         activity = JobActivity.objects.for_tenant(op).get()
-    assert activity.evaluated_through_ts is not None
-    assert activity.evaluated_through_ts < activity.last_data_ts
+    # Twelve batches, but at most one announcement per job per DEBOUNCE_S (exactly one when,
+    # as usual, the 120 s of data are stored in under 10 s), each with the debounce countdown.
+    assert 1 <= len(announced) <= 1 + stored_in / services.DEBOUNCE_S
+    assert {(o, j, c) for o, j, c, _ in announced} == {(op, activity.job_id, services.DEBOUNCE_S)}
+    assert task_worker.wait_idle(120)
+    # The worker ran one evaluate_job per announcement, each after its countdown.
+    assert task_worker.completed[evaluate_job.name] == len(announced)
+    assert task_worker.failures == []
+    assert time.monotonic() - announced[0][3] >= services.DEBOUNCE_S - 0.5
+    with tenant_context(op):
+        activity = JobActivity.objects.for_tenant(op).get()
+    if len(announced) == 1:  # its countdown outlasted the storing: it saw everything
+        assert activity.evaluated_through_ts == activity.last_data_ts
+    assert selectors.jobs_due_for_evaluation(services.ACTIVE_S) == []
+    # Live verdicts = `proof analyze` on the same records.
+    expected = sim.offline_families[sim.jobs[0]]
+    with tenant_context(op):
+        families = set(Incident.objects.for_tenant(op).values_list("family", flat=True))
+    assert families == expected
+    assert len(fired) == len(expected)
+
+
+def test_fan_out_task_evaluates_the_jobs_left_unevaluated(
+    start_task_worker: Callable[[], Any], fired: list[notifications.Notification]
+) -> None:
+    a = make_tenant("live-c2")
+    op = a.operator.pk
+    # Stored while no worker ran: the announcements' messages are gone with the queue (the
+    # worker below starts on an empty one), so the job's data stands unevaluated...
+    sim = store_sim(op, "sequence_imbalance", seed=3)
+    with tenant_context(op):
+        activity = JobActivity.objects.for_tenant(op).get()
+    assert activity.evaluated_through_ts is None
     assert selectors.jobs_due_for_evaluation(services.ACTIVE_S) == [(op, activity.job_id)]
-    assert fan_out_job_evaluations.delay().get() == 1
-    # The fan-out's evaluation saw it all: live verdicts = `proof analyze` on the same records.
+    # ...which the periodic fan-out task finds, and a real worker evaluates.
+    worker = start_task_worker()
+    fan_out_job_evaluations.delay()
+    assert worker.wait_idle(20), (worker.pending, worker.completed, worker.failures)
+    assert worker.completed == {fan_out_job_evaluations.name: 1, evaluate_job.name: 1}
     expected = sim.offline_families[sim.jobs[0]]
     with tenant_context(op):
         families = set(Incident.objects.for_tenant(op).values_list("family", flat=True))
