@@ -183,6 +183,14 @@ def _suggest(name: str, choices: list[str]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
+# A numeric setting's type → the values a TOML document may give for it, and what the error
+# calls it (an integer setting refuses 1.5; a number setting takes 3 as 3.0).
+_NUMBERS: dict[type, tuple[type | tuple[type, ...], str]] = {
+    int: (int, "an integer"),
+    float: ((int, float), "a number"),
+}
+
+
 def _coerce(value: Any, typ: Any, where: str, *, from_env: bool) -> Any:
     if typ is bool:
         if isinstance(value, bool):
@@ -194,24 +202,16 @@ def _coerce(value: Any, typ: Any, where: str, *, from_env: bool) -> Any:
             if low in ("0", "false", "no", "off"):
                 return False
         raise ConfigError(f"{where} must be true or false, got {value!r}")
-    if typ is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
+    if typ in _NUMBERS:
+        accepted, what = _NUMBERS[typ]
+        if isinstance(value, accepted) and not isinstance(value, bool):
+            return typ(value)
         if from_env and isinstance(value, str):
             try:
-                return int(value.strip())
+                return typ(value.strip())
             except ValueError:
                 pass
-        raise ConfigError(f"{where} must be an integer, got {value!r}")
-    if typ is float:
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            return float(value)
-        if from_env and isinstance(value, str):
-            try:
-                return float(value.strip())
-            except ValueError:
-                pass
-        raise ConfigError(f"{where} must be a number, got {value!r}")
+        raise ConfigError(f"{where} must be {what}, got {value!r}")
     if typ is str:
         if isinstance(value, str):
             return value

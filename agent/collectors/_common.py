@@ -85,6 +85,12 @@ def event(ts: float, name: str, **fields: Any) -> Record:
     return rec
 
 
+def present(fields: dict[str, Any]) -> dict[str, Any]:
+    """`fields` without the keys whose value is None (unknown identity is left off a record),
+    in their order."""
+    return {key: val for key, val in fields.items() if val is not None}
+
+
 def as_number(value: float) -> float | int:
     """Integral floats become ints so cumulative counters stay exact in JSON."""
     if value.is_integer() and abs(value) < 2**63:

@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agent.collectors._common import present
 from agent.collectors.nvml import GpuRef
 from agent.collectors.slurm import SlurmJobs
 from contract import signals
@@ -126,13 +127,14 @@ class ProcessIdentity:
 
     def keys(self) -> dict[str, Any]:
         """The identity keys (docs/design.md §3) to stamp on this process's records."""
-        out: dict[str, Any] = {signals.PID: self.pid}
-        if self.job is not None:
-            out[signals.JOB] = self.job
-        if self.rank is not None:
-            out[signals.RANK] = self.rank
-        if self.local_rank is not None:
-            out[signals.LOCAL_RANK] = self.local_rank
+        out = present(
+            {
+                signals.PID: self.pid,
+                signals.JOB: self.job,
+                signals.RANK: self.rank,
+                signals.LOCAL_RANK: self.local_rank,
+            }
+        )
         if len(self.gpus) >= 1:
             first = min(self.gpus, key=lambda g: g.index)
             out[signals.GPU] = first.uuid

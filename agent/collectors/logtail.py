@@ -33,7 +33,7 @@ import os
 from dataclasses import dataclass
 from typing import IO, Any
 
-from agent.collectors._common import Record, WarnOnce
+from agent.collectors._common import Record, WarnOnce, present
 from contract import signals
 from contract.limits import clean_line, decode_output
 from contract.parsers.training import LogParser
@@ -61,16 +61,14 @@ class TailSpec:
         return any(c in _GLOB_CHARS for c in self.pattern)
 
     def identity(self) -> dict[str, Any]:
-        ident: dict[str, Any] = {}
-        if self.job is not None:
-            ident[signals.JOB] = self.job
-        if self.rank is not None:
-            ident[signals.RANK] = self.rank
-        if self.local_rank is not None:
-            ident[signals.LOCAL_RANK] = self.local_rank
-        if self.pid is not None:
-            ident[signals.PID] = self.pid
-        return ident
+        return present(
+            {
+                signals.JOB: self.job,
+                signals.RANK: self.rank,
+                signals.LOCAL_RANK: self.local_rank,
+                signals.PID: self.pid,
+            }
+        )
 
 
 class _Tailed:

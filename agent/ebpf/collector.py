@@ -40,7 +40,7 @@ from agent.ebpf.calls import (
     SYNC_CALLS,
     Call,
 )
-from agent.ebpf.loader import LoadedProgram, load_in_child, load_or_explain
+from agent.ebpf.loader import LoadedProgram, LoadsOnce, load_in_child
 from contract import signals
 
 log = logging.getLogger(__name__)
@@ -82,10 +82,11 @@ class _Attached:
     probes_attached: int = 0  # len(events) when attached; fewer once detaching has begun
 
 
-class EbpfCollector:
+class EbpfCollector(LoadsOnce[LoadedProgram]):
     """Per-process CUDA/NCCL call aggregates from kernel-side uprobes."""
 
     name = "ebpf"
+    what = "ebpf collector"
 
     def __init__(
         self,
@@ -133,9 +134,7 @@ class EbpfCollector:
             raise ValueError(
                 f"unknown eBPF probe group(s) {sorted(unknown)}; known: {', '.join(PROBE_GROUPS)}"
             )
-        self.available: bool | None = None  # None until the first start attempt
-        self.unavailable_reason: str | None = None
-        self._bpf: LoadedProgram | None = None
+        super().__init__()
         self._cpus = bpfsys.possible_cpus()
         self._slot = 0
         self._next_scan_ns = 0
@@ -150,17 +149,8 @@ class EbpfCollector:
 
     # --- lifecycle ---------------------------------------------------------------------------
 
-    def start(self) -> bool:
-        """Compile and load the BPF program. False (with `unavailable_reason`) if it cannot."""
-        if self.available is not None:
-            return self.available
-        self._bpf, self.unavailable_reason = load_or_explain(
-            self._load_with_slot, log, "ebpf collector"
-        )
-        self.available = self._bpf is not None
-        return self.available
-
-    def _load_with_slot(self) -> LoadedProgram:
+    def _load(self) -> LoadedProgram:
+        """The program, its control map set to the slot this collector reads next."""
         bpf = self.bpf_loader()
         try:
             bpfsys.update(bpf.maps["control"], _U32.pack(0), _U32.pack(self._slot))
@@ -174,20 +164,10 @@ class EbpfCollector:
         for attached in [*self._attached.values(), *self._detach_queue.values()]:
             self._detach_events(attached.events)
             attached.events.clear()
-        if self._bpf is not None:
-            self._bpf.close()
-            self._bpf = None
+        super().close()
         self._attached.clear()
         self._detach_queue.clear()
         self._unused_since.clear()
-        self.available = None
-
-    def __enter__(self) -> EbpfCollector:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def _map(self, name: str) -> int:
         if self._bpf is None:

@@ -20,7 +20,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import TypeVar
+from typing import ClassVar, Generic, Protocol, Self, TypeVar
 
 from agent.ebpf._bcc import import_bcc, load_failure_hints
 from agent.ebpf.calls import PROBES, cflags
@@ -63,6 +63,53 @@ def load_or_explain(
         reason = f"BPF programs cannot be loaded: {error}"
         log.warning("%s disabled: %s", what, reason)
         return None, reason
+
+
+class _Closable(Protocol):
+    def close(self) -> None: ...
+
+
+_Loaded = TypeVar("_Loaded", bound=_Closable)
+
+
+class LoadsOnce(Generic[_Loaded]):
+    """A collector whose BPF program `_load()` loads at the first `start()` and keeps until
+    `close()`; a program that cannot load leaves the collector unavailable, saying why (the
+    reason is logged once, by the subclass's module logger, as `what` being disabled)."""
+
+    what: ClassVar[str]
+
+    def __init__(self) -> None:
+        self.available: bool | None = None  # None until the first start attempt
+        self.unavailable_reason: str | None = None
+        self._bpf: _Loaded | None = None
+
+    def _load(self) -> _Loaded:
+        raise NotImplementedError
+
+    def start(self) -> bool:
+        """Compile and load the BPF program. False (with `unavailable_reason`) if it cannot."""
+        if self.available is not None:
+            return self.available
+        self._bpf, self.unavailable_reason = load_or_explain(
+            self._load, logging.getLogger(type(self).__module__), self.what
+        )
+        self.available = self._bpf is not None
+        return self.available
+
+    def close(self) -> None:
+        """Free the program; the next `start()` loads it again."""
+        if self._bpf is not None:
+            self._bpf.close()
+            self._bpf = None
+        self.available = None
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def probes_source() -> str:

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from agent.collectors._common import Record, WarnOnce
 from agent.ebpf import bpfsys, discovery
-from agent.ebpf.loader import WRITE_PROGRAM, LoadedProgram, load_in_child, load_or_explain
+from agent.ebpf.loader import WRITE_PROGRAM, LoadedProgram, LoadsOnce, load_in_child
 from contract import signals
 from contract.limits import clean_line, decode_output
 
@@ -81,10 +81,11 @@ def load_write_capture(
     return WriteCaptureProgram(loaded, ring, attachment)
 
 
-class OutputCapture:
+class OutputCapture(LoadsOnce[WriteCaptureProgram]):
     """stdout/stderr lines of tracked processes, captured in the kernel."""
 
     name = "ebpf_output"
+    what = "ebpf output capture"
 
     def __init__(
         self,
@@ -105,9 +106,7 @@ class OutputCapture:
         self.wall_clock = wall_clock
         self.monotonic_ns = monotonic_ns
         self.bpf_loader = bpf_loader or (lambda: load_write_capture(capture_bytes, ring_pages))
-        self.available: bool | None = None
-        self.unavailable_reason: str | None = None
-        self._bpf: WriteCaptureProgram | None = None
+        super().__init__()
         self._tracked: set[int] = set()
         # (pid, fd) -> (ts of the first write of the pending text, pending bytes)
         self._partial: dict[tuple[int, int], tuple[float, bytes]] = {}
@@ -116,27 +115,8 @@ class OutputCapture:
         self._to_wall_s = 0.0  # wall seconds = ktime seconds + this, refreshed per interval
         self._warn = WarnOnce(log)
 
-    def start(self) -> bool:
-        if self.available is not None:
-            return self.available
-        self._bpf, self.unavailable_reason = load_or_explain(
-            self.bpf_loader, log, "ebpf output capture"
-        )
-        self.available = self._bpf is not None
-        return self.available
-
-    def close(self) -> None:
-        if self._bpf is not None:
-            self._bpf.close()
-            self._bpf = None
-        self.available = None
-
-    def __enter__(self) -> OutputCapture:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def _load(self) -> WriteCaptureProgram:
+        return self.bpf_loader()
 
     def collect(self, now: float) -> list[Record]:
         if not self.start():

@@ -14,7 +14,7 @@ records whose identity the join could not restore are left as the simulator wrot
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Protocol
 
 import simulator
@@ -172,19 +172,11 @@ class SimFeed:
         node = rec.get(signals.NODE)
         pid = rec.get(signals.PID)
         if pid is not None:
-            known_ident = self._pids.get((node, pid))
-            if known_ident:
-                for key in _PID_STRIP:
-                    if key in rec and rec[key] == known_ident.get(key):
-                        del rec[key]
+            _drop_known(rec, _PID_STRIP, self._pids.get((node, pid)))
             return
         gpu = rec.get(signals.GPU)
         if gpu is not None:
-            agreed = self._gpus.get((node, gpu))
-            if agreed:
-                for key in _GPU_STRIP:
-                    if key in rec and rec[key] == agreed.get(key):
-                        del rec[key]
+            _drop_known(rec, _GPU_STRIP, self._gpus.get((node, gpu)))
 
     def take(self, source: str) -> list[Record]:
         queue = self._queues[source]
@@ -195,6 +187,16 @@ class SimFeed:
             for rec in queue:
                 self._strip(rec)
         return queue
+
+
+def _drop_known(rec: Record, keys: tuple[str, ...], known: Mapping[str, Any] | None) -> None:
+    """Delete the `keys` of `rec` whose value is the one `known` has (the identity the join
+    would add back); none when nothing is known."""
+    if not known:
+        return
+    for key in keys:
+        if key in rec and rec[key] == known.get(key):
+            del rec[key]
 
 
 class SimCollector:

@@ -299,29 +299,29 @@ def test_from_dict_ignores_unknown_types() -> None:
     assert from_dict({"type": "hologram", "ts": 1.0}) is None
 
 
+def validate(path: Path) -> subprocess.CompletedProcess[str]:
+    """`proof-agent validate <path>`, as a user runs it."""
+    return subprocess.run(
+        [sys.executable, "-m", "agent.cli", "validate", str(path)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
 def test_validate_command(tmp_path: Path) -> None:
     good = tmp_path / "good.jsonl.gz"
     with TraceWriter(good, truth=TRUTH) as w:
         for rec in every_record_type():
             w.write(rec)
-    run = subprocess.run(
-        [sys.executable, "-m", "agent.cli", "validate", str(good)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    run = validate(good)
     assert run.returncode == 0, run.stderr
     assert "sample: 2" in run.stdout and "problems: 0" in run.stdout
     assert '"family": "slow_rank"' in run.stdout
 
     bad = tmp_path / "bad.jsonl"
     bad.write_text(gzip.decompress(good.read_bytes()).decode() + "{oops\n")
-    run = subprocess.run(
-        [sys.executable, "-m", "agent.cli", "validate", str(bad)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    run = validate(bad)
     assert run.returncode == 1
     assert "line 10: invalid JSON" in run.stderr and "at character 2" in run.stderr
     assert "problems: 1" in run.stdout
@@ -355,12 +355,7 @@ def test_records_over_a_limit_are_reported_with_their_line_and_read_cleaned(
     assert got[1]["line"] == "\ufffd\ufffd corrupted"
     assert len(got[2]["gpu"]) == 96 and got[3]["labels"] == {"k": "v\ufffd"}
     assert got[4]["config"] == {"lr": "1\ufffd"} and got[5]["line"] == "fine"
-    run = subprocess.run(
-        [sys.executable, "-m", "agent.cli", "validate", str(path)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    run = validate(path)
     assert run.returncode == 1
     assert "line 2: log record: 'line': 26498 characters" in run.stderr
     assert "log: 3" in run.stdout and "sample: 2" in run.stdout and "cleaned: 5" in run.stdout

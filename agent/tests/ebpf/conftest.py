@@ -10,6 +10,7 @@ import pytest
 
 from agent.ebpf.collector import EbpfCollector
 from agent.ebpf.probe_target import Built, build
+from agent.tests.ebpf.loaded import loaded_or_skip
 
 
 @pytest.fixture(scope="module")
@@ -19,10 +20,6 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
 
 @pytest.fixture
 def collector() -> Iterator[EbpfCollector]:
-    collector = EbpfCollector(rescan_interval_s=0.0, node="test-node", detach_grace_s=0.0)
-    if not collector.start():
-        pytest.skip(collector.unavailable_reason or "BPF programs cannot be loaded")
-    try:
-        yield collector
-    finally:
-        collector.close()
+    yield from loaded_or_skip(
+        EbpfCollector(rescan_interval_s=0.0, node="test-node", detach_grace_s=0.0)
+    )

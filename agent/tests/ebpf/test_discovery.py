@@ -115,18 +115,25 @@ def test_every_probe_belongs_to_a_known_group_and_unknown_groups_are_refused() -
         EbpfCollector(probe_groups=("launches",))
 
 
-def test_idle_processes_maps_are_reread_only_every_idle_recheck(tmp_path: Path) -> None:
-    clock = [0]
-    (tmp_path / "10").mkdir()
-    maps = tmp_path / "10" / "maps"
-    maps.write_bytes(MAPS.splitlines(keepends=True)[0])  # python only: no CUDA yet
+def _aging_collector(proc_root: Path, clock: list[int]) -> EbpfCollector:
+    """A collector over a fake /proc on a settable clock (ns), young_s 10 s and idle_recheck_s
+    60 s, after its first rescan."""
     collector = EbpfCollector(
-        proc_root=str(tmp_path),
+        proc_root=str(proc_root),
         monotonic_ns=lambda: clock[0],
         young_s=10.0,
         idle_recheck_s=60.0,
     )
     collector.rescan()
+    return collector
+
+
+def test_idle_processes_maps_are_reread_only_every_idle_recheck(tmp_path: Path) -> None:
+    clock = [0]
+    (tmp_path / "10").mkdir()
+    maps = tmp_path / "10" / "maps"
+    maps.write_bytes(MAPS.splitlines(keepends=True)[0])  # python only: no CUDA yet
+    collector = _aging_collector(tmp_path, clock)
     assert collector.cuda_pids == set()
 
     # While young it is read at every rescan: CUDA initialised at 5 s is seen at once.
@@ -184,13 +191,7 @@ def test_processes_old_at_agent_start_are_not_reread_while_the_agent_is_young(
         (tmp_path / pid / "maps").write_bytes(MAPS)
     # pid 10 started at boot (starttime 0 ticks): older than young_s. pid 12 has no stat file.
     (tmp_path / "10" / "stat").write_bytes(b"10 (py thon) S" + b" 0" * 19 + b" 0 0 0\n")
-    collector = EbpfCollector(
-        proc_root=str(tmp_path),
-        monotonic_ns=lambda: clock[0],
-        young_s=10.0,
-        idle_recheck_s=60.0,
-    )
-    collector.rescan()
+    collector = _aging_collector(tmp_path, clock)
     assert collector.cuda_pids == {10, 12}
     for pid in ("10", "12"):
         (tmp_path / pid / "maps").write_bytes(MAPS.splitlines(keepends=True)[0])

@@ -11,6 +11,7 @@ import pytest
 from agent.ebpf.node import build_collectors
 from agent.ebpf.output import OutputCapture
 from agent.ebpf.probe_target import Built, Driver
+from agent.tests.ebpf.loaded import loaded_or_skip
 from contract import signals
 from contract.trace import check_record
 
@@ -30,13 +31,9 @@ def tracked(driver: Driver) -> set[int]:
 
 @pytest.fixture
 def capture(tracked: set[int]) -> Iterator[OutputCapture]:
-    capture = OutputCapture(pid_source=lambda: tracked, node="test-node", capture_bytes=512)
-    if not capture.start():
-        pytest.skip(capture.unavailable_reason or "BPF programs cannot be loaded")
-    try:
-        yield capture
-    finally:
-        capture.close()
+    yield from loaded_or_skip(
+        OutputCapture(pid_source=lambda: tracked, node="test-node", capture_bytes=512)
+    )
 
 
 def lines_of(records: list[dict[str, Any]], pid: int, stream: str) -> list[dict[str, Any]]:

@@ -45,6 +45,14 @@ def mine(collector: EbpfCollector, built: Built) -> dict[str, list[str]]:
     }
 
 
+def timed_ms(driver: Driver, *commands: str) -> float:
+    """Run `commands` one after the other; the wall milliseconds they took, seen from here."""
+    started = time.monotonic()
+    for command in commands:
+        driver.command(command)
+    return (time.monotonic() - started) * 1000.0
+
+
 def test_counts_durations_gaps_and_bytes_read_back_exactly(
     built: Built, collector: EbpfCollector
 ) -> None:
@@ -63,42 +71,38 @@ def test_counts_durations_gaps_and_bytes_read_back_exactly(
         # Durations are bounded below by the sleeps the stand-in does and above by the wall
         # time the commands took as seen from here, which holds however loaded the machine is.
         elapsed: dict[str, float] = {}
-        started = time.monotonic()
-        driver.command("sync stream 20 2000")
-        driver.command("sync event 5 1000")
-        driver.command("sync ctx 3 1000")
-        elapsed["sync"] = (time.monotonic() - started) * 1000.0
+        elapsed["sync"] = timed_ms(
+            driver, "sync stream 20 2000", "sync event 5 1000", "sync ctx 3 1000"
+        )
         # Copies: (kind, calls, bytes each)
-        driver.command("memcpy htod 10 1048576 0")
-        driver.command("memcpy htod_async 2 4096 0")
-        driver.command("memcpy dtoh 4 4096 0")
-        driver.command("memcpy dtoh_async 1 100 0")
-        driver.command("memcpy dtod 2 123 0")
-        driver.command("memcpy any 3 1000 0")
-        driver.command("memcpy any_async 1 5 0")
-        driver.command("memcpy peer 2 777 0")
+        timed_ms(
+            driver,
+            "memcpy htod 10 1048576 0",
+            "memcpy htod_async 2 4096 0",
+            "memcpy dtoh 4 4096 0",
+            "memcpy dtoh_async 1 100 0",
+            "memcpy dtod 2 123 0",
+            "memcpy any 3 1000 0",
+            "memcpy any_async 1 5 0",
+            "memcpy peer 2 777 0",
+        )
         # Collectives: op, calls, count, ncclDataType_t, microseconds inside the call.
-        started = time.monotonic()
-        driver.command("nccl allreduce 10 1048576 7 1000")  # float32: 4 MiB each
-        elapsed["allreduce"] = (time.monotonic() - started) * 1000.0
-        driver.command("nccl allgather 5 1000 6 0")  # float16
-        driver.command("nccl reducescatter 3 2048 9 0")  # bfloat16
-        driver.command("nccl broadcast 4 999 0 0")  # int8
-        driver.command("nccl reduce 2 100 8 0")  # float64
-        driver.command("nccl reduce 1 100 42 0")  # unknown type: counted, 0 bytes
-        driver.command("nccl send 3 10 2 0")  # int32
-        driver.command("nccl recv 1 7 5 0")  # uint64
-        started = time.monotonic()
-        driver.command("group 2 5000")  # each: nested groups around send+recv of 256 float32
-        elapsed["group"] = (time.monotonic() - started) * 1000.0
+        elapsed["allreduce"] = timed_ms(driver, "nccl allreduce 10 1048576 7 1000")  # float32
+        timed_ms(
+            driver,
+            "nccl allgather 5 1000 6 0",  # float16
+            "nccl reducescatter 3 2048 9 0",  # bfloat16
+            "nccl broadcast 4 999 0 0",  # int8
+            "nccl reduce 2 100 8 0",  # float64
+            "nccl reduce 1 100 42 0",  # unknown type: counted, 0 bytes
+            "nccl send 3 10 2 0",  # int32
+            "nccl recv 1 7 5 0",  # uint64
+        )
+        # Each: nested groups around send+recv of 256 float32.
+        elapsed["group"] = timed_ms(driver, "group 2 5000")
         # Launches last, so the longest gap is the pause: 500, 300 ms, 500 + 7 Ex + 4 threads.
-        started = time.monotonic()
-        driver.command("launch 500")
-        driver.command("pause 300")
-        driver.command("launch 500")
-        elapsed["pause"] = (time.monotonic() - started) * 1000.0
-        driver.command("launchex 7")
-        driver.command("threads 4 1000")
+        elapsed["pause"] = timed_ms(driver, "launch 500", "pause 300", "launch 500")
+        timed_ms(driver, "launchex 7", "threads 4 1000")
         values = of_pid(collector.collect(time.time()), driver.pid)
 
     assert values[(signals.CUDA_LAUNCHES, None)] == 500 + 500 + 7 + 4 * 1000
