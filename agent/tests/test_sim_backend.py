@@ -182,6 +182,35 @@ def test_single_node(tmp_path: Path) -> None:
     assert backend.trace_meta()[0]["node"] == "tiny-1"
 
 
+def test_a_single_simulated_node_registers_like_a_real_one() -> None:
+    """The meta the transport registers with: the simulated node's hostname and its GPUs with
+    their model, as the node backend's NVML facts give a real node's (ingest keys GPU models,
+    hence list prices, on them)."""
+    backend = SimBackend.from_scenario(
+        "healthy_training", seed=1, duration_s=30, start_ts=T0, nodes=1, gpus_per_node=4
+    )
+    both = backend.run.meta["nodes"]
+    assert len(both) == 2  # the job's neighbour runs on a second node
+    # One agent per node (`--node`): that node and its four GPUs.
+    one = SimBackend.from_scenario(
+        "healthy_training",
+        seed=1,
+        duration_s=30,
+        start_ts=T0,
+        nodes=1,
+        gpus_per_node=4,
+        node=both[1],
+    )
+    meta = one.trace_meta()[0]
+    assert meta["node"] == both[1]
+    assert [g["index"] for g in meta["gpus"]] == [0, 1, 2, 3]
+    assert {g["model"] for g in meta["gpus"]} == {one.run.meta["gpu_model"]}
+    sampled = {r["gpu"] for r in one.run.records() if r.get("node") == both[1] and r.get("gpu")}
+    assert {g["uuid"] for g in meta["gpus"]} == sampled
+    # One agent for the whole simulated cluster: no single node to register as.
+    assert "node" not in backend.trace_meta()[0] and "gpus" not in backend.trace_meta()[0]
+
+
 def test_accelerated_clock_plays_in_compressed_real_time() -> None:
     backend = SimBackend.from_scenario(TINY, seed=3, duration_s=30, start_ts=T0)
     sink = MemorySink()
