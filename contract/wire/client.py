@@ -7,9 +7,11 @@ batch in sequence order — the server stores each (agent id, sequence) once, so
 a lost ack is harmless. A batch the server refuses (INVALID_ARGUMENT naming its sequence: it
 would be refused again) leaves the window at once, is reported through `on_reject(seq, reason,
 bytes)` — the sink keeps it in its dead letter — and the rest flows on; everything else is
-retried until `close()` gives up, after a backoff that grows with the failures of the oldest
-unacked batch (acks of the batches before it do not reset it, so a batch that keeps failing is
-not resent in a tight loop). `stats` counts every send. An ack that says records of the batch
+retried until `close()` gives up, after a backoff that grows with the failures of the batch that
+broke the stream (ingest names it: "batch N could not be stored"; else the oldest unacked one):
+only its ack starts the backoff over — not the acks of the batches around it, which can come
+in any order with several writers — so a batch that keeps failing is not resent in a tight
+loop. `stats` counts every send. An ack that says records of the batch
 were refused alone (the rest stored) is counted in `stats.records_refused` and logged once a
 minute at most.
 """
@@ -34,6 +36,8 @@ log = logging.getLogger(__name__)
 
 REJECTED_SEQUENCE_KEY = "proof-rejected-sequence"
 _TOO_LARGE = re.compile(r"larger than max \((\d+) vs\. (\d+)\)")
+# How ingest (ingest/server.py) names the batch whose store failed when it ends a stream.
+_NOT_STORED = re.compile(r"\bbatch (\d+) could not be stored\b")
 _END = object()
 _STREAM_METHOD = "/proof.ingest.v1.Ingest/Stream"
 
@@ -141,7 +145,8 @@ class BatchSender:
         # its queue, and must not swallow batches meant for the next stream.
         self._outbox: queue.Queue[Any] = queue.Queue()
         self._attempts: dict[int, int] = {}  # sequence -> sends so far (unacked batches)
-        self._head: int | None = None  # the oldest unacked batch when the stream opened
+        self._head: int | None = None  # the batch whose ack resets the backoff (this stream)
+        self._failing: int | None = None  # the batch the last broken stream's error named
         self._refused_logged_at = -1e18
         self._closed = False
         self._fatal: BaseException | None = None
@@ -240,7 +245,15 @@ class BatchSender:
                 self._outbox.put(_END)  # release the previous stream's generator, if any
                 self._outbox = queue.Queue()
                 resend = [self._unacked[s][0] for s in sorted(self._unacked)]
-                self._head = min(self._unacked) if self._unacked else None
+                # The batch that failed, while unacked; else the oldest. A batch before the
+                # failed one may be unacked too (ingest drops the acks that finish after a
+                # failure): its ack on this stream says nothing of the failing batch.
+                failing = self._failing
+                self._head = (
+                    failing
+                    if failing in self._unacked
+                    else (min(self._unacked) if self._unacked else None)
+                )
                 now = time.monotonic()
                 for s in self._unacked:
                     self._unacked[s] = (self._unacked[s][0], now)
@@ -249,10 +262,10 @@ class BatchSender:
             try:
                 for ack in call:
                     if self._head is None or ack.sequence == self._head:
-                        # The oldest batch got through: the next failure starts the backoff
-                        # over. Acks of the batches after it do not count (with several
-                        # writers they can come before the oldest one's failure).
+                        # The batch that failed got through: the next failure starts the
+                        # backoff over. Acks of the others do not count.
                         self._failures = 0
+                        self._failing = None
                     self._acked(ack)
                 time.sleep(self.retry_delay)  # the server ended the stream: reopen it
             except grpc.RpcError as exc:
@@ -377,6 +390,8 @@ class BatchSender:
             return None
         if self._closed:
             return None
+        named = _NOT_STORED.search(str(details))
+        self._failing = int(named.group(1)) if named else None
         self.stats.reconnects += 1
         log.warning("ingest stream broke (%s: %s); reconnecting", code, details)
         return False
