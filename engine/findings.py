@@ -101,3 +101,9 @@ class Finding:
             Evidence(eid, signal, interval, observed, baseline, note, node, gpu, rank, job)
         )
         return eid
+
+    def add_job(
+        self, signal: str, observed: float | str, baseline: float | str | None, note: str
+    ) -> str:
+        """`add` for evidence about the finding's job over the finding's whole interval."""
+        return self.add(signal, self.interval, observed, baseline, note, job=self.subject["job"])

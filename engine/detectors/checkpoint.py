@@ -14,8 +14,7 @@ import numpy as np
 
 from contract import signals
 from contract.rows import SeriesData
-from contract.verdicts import subject
-from engine.detectors.common import gpu_hours, hhmmss, step_seconds
+from engine.detectors.common import gpu_hours, hhmmss, new_finding, step_seconds
 from engine.findings import INFRASTRUCTURE, Cleared, Finding
 from engine.window import JobWindow
 
@@ -184,20 +183,17 @@ def detect_checkpoint_stall(w: JobWindow) -> list[Finding]:
     ]
     first_a, first_b = stalls[0][0], stalls[0][1]
     last_b = stalls[-1][1]
-    f = Finding(
-        family="checkpoint_stall",
-        category=INFRASTRUCTURE,
-        title=f"Checkpoint saves stall the whole job on {mount}",
-        summary="",
-        recommendation=(
-            f"Write checkpoints to node-local NVMe and copy them to {mount} asynchronously "
-            "(or use the framework's async checkpointing); have the storage team check the "
-            f"{mount} server's load."
-        ),
-        explanation="",
-        confidence=0.0,
-        interval=(first_a, last_b),
-        subject=subject(job=w.job, mount=mount),
+    f = new_finding(
+        "checkpoint_stall",
+        INFRASTRUCTURE,
+        f"Checkpoint saves stall the whole job on {mount}",
+        (first_a, last_b),
+        0.0,
+        f"Write checkpoints to node-local NVMe and copy them to {mount} asynchronously "
+        "(or use the framework's async checkpointing); have the storage team check the "
+        f"{mount} server's load.",
+        job=w.job,
+        mount=mount,
     )
     e_gap = []
     for sa, sb, _ in stalls[:5]:

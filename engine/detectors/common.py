@@ -9,12 +9,42 @@ from statistics import NormalDist
 import numpy as np
 
 from contract import signals
+from contract.verdicts import subject
 from engine.findings import Finding
 from engine.window import JobWindow
 
 # Samples a statistic needs before it says anything: 20 samples (20 s at the usual 1 s
 # interval) keeps a t-test over 10-sample blocks at two blocks or more and a median stable.
 MIN_SAMPLES = 20
+
+
+def new_finding(
+    family: str,
+    category: str,
+    title: str,
+    interval: tuple[float, float],
+    confidence: float = 0.0,
+    recommendation: str = "",
+    *,
+    job: str | None = None,
+    node: str | None = None,
+    gpu: str | None = None,
+    rank: int | None = None,
+    mount: str | None = None,
+) -> Finding:
+    """A detector's finding before its evidence is in: the summary and explanation cite
+    evidence ids, so the detector writes them after; job … mount name its subject."""
+    return Finding(
+        family=family,
+        category=category,
+        title=title,
+        summary="",
+        recommendation=recommendation,
+        explanation="",
+        confidence=confidence,
+        interval=interval,
+        subject=subject(job, node, gpu, rank, mount),
+    )
 
 
 def hhmmss(ts: float) -> str:

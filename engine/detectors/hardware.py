@@ -8,8 +8,7 @@ import numpy as np
 
 from contract import signals
 from contract.rows import EventRow
-from contract.verdicts import subject
-from engine.detectors.common import counter_delta, gpu_hours, hhmmss, rate_trend
+from engine.detectors.common import counter_delta, gpu_hours, hhmmss, new_finding, rate_trend
 from engine.detectors.xids import FAULT, WARNING, xid_kind, xid_name
 from engine.findings import INFRASTRUCTURE, Finding
 from engine.window import GpuWindow, JobWindow
@@ -87,20 +86,19 @@ def detect_hardware_fault(w: JobWindow) -> list[Finding]:
     gpu = evs[0].gpu if evs else counter_hits[0][0]
     rank = next((r for r in w.ranks if r.gpu == gpu), None)
     node = rank.node if rank else (evs[0].node if evs else "")
-    f = Finding(
-        family="hardware_fault",
-        category=INFRASTRUCTURE,
-        title=f"Hardware fault on {node} GPU {rank.gpu_index if rank else ''}".strip(),
-        summary="",
-        recommendation=(
-            f"Drain {node} and run GPU diagnostics (dcgmi diag -r 3, nvidia-smi -q -d ECC,"
-            "ROW_REMAPPER); reset or RMA the GPU. Resume the job from its last checkpoint on "
-            "healthy nodes; the customer should not be billed for the lost time."
-        ),
-        explanation="",
-        confidence=0.9,
-        interval=(t_first, w.t1),
-        subject=subject(job=w.job, node=node, gpu=gpu, rank=rank.rank if rank else None),
+    f = new_finding(
+        "hardware_fault",
+        INFRASTRUCTURE,
+        f"Hardware fault on {node} GPU {rank.gpu_index if rank else ''}".strip(),
+        (t_first, w.t1),
+        0.9,
+        f"Drain {node} and run GPU diagnostics (dcgmi diag -r 3, nvidia-smi -q -d ECC,"
+        "ROW_REMAPPER); reset or RMA the GPU. Resume the job from its last checkpoint on "
+        "healthy nodes; the customer should not be billed for the lost time.",
+        job=w.job,
+        node=node,
+        gpu=gpu,
+        rank=rank.rank if rank else None,
     )
     cites = []
     for e in evs[:5]:
@@ -234,19 +232,16 @@ def detect_fabric_degraded(w: JobWindow) -> list[Finding]:
             slow = ("log: iteration time", float(a_v), float(b_v))
     if slow is None or slow[1] < (1 + FABRIC_MIN_SLOWDOWN) * slow[2]:
         return []
-    f = Finding(
-        family="fabric_degraded",
-        category=INFRASTRUCTURE,
-        title=f"InfiniBand link degraded on {node} ({dev} port {port})",
-        summary="",
-        recommendation=(
-            f"Take {node}'s {dev} port {port} out of service: check/replace the cable or "
-            "transceiver and the switch port (ibdiagnet), then return the node."
-        ),
-        explanation="",
-        confidence=0.85,
-        interval=(t_on, w.t1),
-        subject=subject(job=w.job, node=node),
+    f = new_finding(
+        "fabric_degraded",
+        INFRASTRUCTURE,
+        f"InfiniBand link degraded on {node} ({dev} port {port})",
+        (t_on, w.t1),
+        0.85,
+        f"Take {node}'s {dev} port {port} out of service: check/replace the cable or "
+        "transceiver and the switch port (ibdiagnet), then return the node.",
+        job=w.job,
+        node=node,
     )
     cites = []
     for name, (ts, v) in per.items():
@@ -388,19 +383,16 @@ def detect_gpu_degrading(g: GpuWindow) -> list[Finding]:
     if len(signs) < DEGRADING_MIN_SIGNS:
         return []
     t0 = min(x[1] for x in signs)
-    f = Finding(
-        family="gpu_degrading",
-        category=INFRASTRUCTURE,
-        title=f"GPU degrading on {g.node} (GPU {g.gpu_index})",
-        summary="",
-        recommendation=(
-            f"Schedule {g.node} GPU {g.gpu_index} for drain and diagnostics (dcgmi diag -r 3, "
-            "check cooling) before it fails a job; move long jobs off it."
-        ),
-        explanation="",
-        confidence=round(min(0.95, 0.55 + 0.15 * len(signs)), 2),
-        interval=(t0, g.t1),
-        subject=subject(node=g.node, gpu=g.gpu),
+    f = new_finding(
+        "gpu_degrading",
+        INFRASTRUCTURE,
+        f"GPU degrading on {g.node} (GPU {g.gpu_index})",
+        (t0, g.t1),
+        round(min(0.95, 0.55 + 0.15 * len(signs)), 2),
+        f"Schedule {g.node} GPU {g.gpu_index} for drain and diagnostics (dcgmi diag -r 3, "
+        "check cooling) before it fails a job; move long jobs off it.",
+        node=g.node,
+        gpu=g.gpu,
     )
     cites = [
         f.add(name, (a, b), round(obs, 3), round(base, 3), note, node=g.node, gpu=g.gpu)

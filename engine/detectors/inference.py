@@ -10,7 +10,7 @@ import numpy as np
 
 from contract import signals
 from contract.rows import SeriesData
-from contract.verdicts import subject
+from engine.detectors.common import new_finding
 from engine.findings import JOB, Finding
 from engine.window import JobWindow
 
@@ -75,54 +75,40 @@ def detect_underfilled_batches(w: JobWindow) -> list[Finding]:
     n_gpus = max(1, len({r.gpu for r in w.ranks if r.gpu}) or (w.meta.world_size or 1))
     needed = max(1, math.ceil(n_gpus * peak_occ / TARGET_OCCUPANCY))
     a, b = t_lo, t_hi
-    f = Finding(
-        family="underfilled_batches",
-        category=JOB,
-        title="Inference endpoint runs half-empty batches",
-        summary="",
-        recommendation="",
-        explanation="",
-        confidence=round(min(0.95, 0.7 + (MAX_PEAK_OCCUPANCY - peak_occ)), 2),
-        interval=(a, b),
-        subject=subject(job=w.job),
-    )
-    e1 = f.add(
-        signals.VLLM_NUM_REQUESTS_RUNNING,
+    f = new_finding(
+        "underfilled_batches",
+        JOB,
+        "Inference endpoint runs half-empty batches",
         (a, b),
+        round(min(0.95, 0.7 + (MAX_PEAK_OCCUPANCY - peak_occ)), 2),
+        job=w.job,
+    )
+    e1 = f.add_job(
+        signals.VLLM_NUM_REQUESTS_RUNNING,
         round(peak_occ, 4),
         1.0,
         "running requests at the 90th percentile / configured batch slots "
         f"({signals.INFERENCE_MAX_NUM_SEQS})",
-        job=w.job,
     )
     text = f"At its busiest the endpoint ran {peak_occ:.0%} of its batch slots [{e1}]"
     if np.isfinite(peak_kv):
-        e2 = f.add(
+        e2 = f.add_job(
             signals.VLLM_KV_CACHE_USAGE_PERC,
-            (a, b),
             round(peak_kv, 4),
             1.0,
             "peak (95th percentile) KV-cache usage",
-            job=w.job,
         )
         text += f", its KV cache was {1 - peak_kv:.0%} free at peak [{e2}]"
-    e3 = f.add(
-        signals.VLLM_NUM_REQUESTS_WAITING,
-        (a, b),
-        round(q, 4),
-        0.0,
-        "share of samples with requests queued",
-        job=w.job,
+    e3 = f.add_job(
+        signals.VLLM_NUM_REQUESTS_WAITING, round(q, 4), 0.0, "share of samples with requests queued"
     )
     text += f" and nothing queued [{e3}]"
     if np.isfinite(prefill_share):
-        e4 = f.add(
+        e4 = f.add_job(
             signals.VLLM_REQUEST_PREFILL_TIME_SECONDS_SUM,
-            (a, b),
             round(prefill_share, 4),
             None,
             "prefill share of request time (prefill / (prefill + decode))",
-            job=w.job,
         )
         text += f"; prefill took {prefill_share:.0%} of request time [{e4}]"
     rec = (

@@ -7,8 +7,7 @@ import numpy as np
 
 from contract import signals
 from contract.parsers import training as tp
-from contract.verdicts import subject
-from engine.detectors.common import MIN_SAMPLES, gpu_hours, hhmmss, shift_start
+from engine.detectors.common import MIN_SAMPLES, gpu_hours, hhmmss, new_finding, shift_start
 from engine.detectors.hardware import fault_events
 from engine.findings import JOB, Finding
 from engine.window import JobWindow, StepTable
@@ -149,31 +148,25 @@ def detect_numerical_divergence(w: JobWindow) -> list[Finding]:
         GRAD_NONFINITE: "Training diverged: the gradients went non-finite",
         LOSS_ROSE: "Training diverged: the loss exploded",
     }[how]
-    f = Finding(
-        family="numerical_divergence",
-        category=JOB,
-        title=title,
-        summary="",
-        recommendation=(
-            "Fix the recipe: lower the learning rate or add warm-up, enable gradient clipping, "
-            "and for fp8 use per-tensor (delayed) scaling; resume from the last checkpoint "
-            "before the drift."
-        ),
-        explanation="",
-        confidence=0.8,
-        interval=(t_d, t_x),
-        subject=subject(job=w.job),
+    f = new_finding(
+        "numerical_divergence",
+        JOB,
+        title,
+        (t_d, t_x),
+        0.8,
+        "Fix the recipe: lower the learning rate or add warm-up, enable gradient clipping, "
+        "and for fp8 use per-tensor (delayed) scaling; resume from the last checkpoint "
+        "before the drift.",
+        job=w.job,
     )
     step_txt = _step_txt(st, ix)
     low_txt = f"{_step_txt(st, i_min)}, {hhmmss(t_d)}"
     x_obs: float | str = round(x, 4) if np.isfinite(x) else ("nan" if x != x else "inf")
-    e1 = f.add(
+    e1 = f.add_job(
         "log: loss",
-        (t_d, t_x),
         x_obs,
         round(low, 4),
         f"loss at {step_txt}; baseline: its lowest value before ({low_txt})",
-        job=w.job,
     )
     cites = [e1]
     loss_cites = [e1]
@@ -246,13 +239,11 @@ def detect_numerical_divergence(w: JobWindow) -> list[Finding]:
             what += f" [{e_p}]."
     if how != GRAD_NONFINITE and np.isfinite(g).sum() >= 3:
         loss_cites.append(
-            f.add(
+            f.add_job(
                 "log: grad norm",
-                (t_d, t_x),
                 round(float(np.nanmax(g[i_min:])), 4),
                 round(float(np.nanmedian(g[: max(1, i_min)])), 4),
                 "largest gradient norm from the low to the explosion vs its median before",
-                job=w.job,
             )
         )
         if what.endswith("]."):
@@ -337,36 +328,28 @@ def detect_no_learning(w: JobWindow) -> list[Finding]:
     if len(with_loss) >= 2 and _explosion(with_loss) is not None:
         return []
     a, b = float(st.ts[0]), float(st.ts[-1])
-    f = Finding(
-        family="no_learning",
-        category=JOB,
-        title="Run completed but learned nothing",
-        summary="",
-        recommendation=(
-            "Check the optimizer setup before rerunning: learning-rate schedule (peak and "
-            "warm-up), parameters actually passed to the optimizer / not frozen, loss wired to "
-            "the model's output, and labels matching inputs."
-        ),
-        explanation="",
-        confidence=0.9,
-        interval=(a, b),
-        subject=subject(job=w.job),
+    f = new_finding(
+        "no_learning",
+        JOB,
+        "Run completed but learned nothing",
+        (a, b),
+        0.9,
+        "Check the optimizer setup before rerunning: learning-rate schedule (peak and "
+        "warm-up), parameters actually passed to the optimizer / not frozen, loss wired to "
+        "the model's output, and labels matching inputs.",
+        job=w.job,
     )
     lr = st.lr[np.isfinite(st.lr)]
     gn = st.grad_norm[np.isfinite(st.grad_norm)]
     loss = with_loss.loss[np.isfinite(with_loss.loss)]
     if len(lr) >= NO_LEARNING_MIN_POINTS and np.all(lr == 0):
-        e = f.add(
-            "log: learning rate", (a, b), 0.0, None, "learning rate on every logged step", job=w.job
-        )
+        e = f.add_job("log: learning rate", 0.0, None, "learning rate on every logged step")
         f.summary = (
             f"The run completed but its learning rate was 0 on all {len(lr)} logged steps [{e}]."
         )
         f.explanation = "With a zero learning rate no weight changes: the GPU-hours bought nothing."
     elif len(gn) >= NO_LEARNING_MIN_POINTS and np.all(gn == 0):
-        e = f.add(
-            "log: grad norm", (a, b), 0.0, None, "gradient norm on every logged step", job=w.job
-        )
+        e = f.add_job("log: grad norm", 0.0, None, "gradient norm on every logged step")
         f.summary = (
             f"The run completed but its gradient norm was 0 on all {len(gn)} logged steps [{e}]."
         )
@@ -380,13 +363,11 @@ def detect_no_learning(w: JobWindow) -> list[Finding]:
         drop = (head - tail) / abs(head) if head else 0.0
         if drop >= NO_LEARNING_MAX_DROP:
             return []
-        e = f.add(
+        e = f.add_job(
             "log: loss",
-            (a, b),
             round(tail, 4),
             round(head, 4),
             "median loss over the last fifth of the run vs the first tenth",
-            job=w.job,
         )
         f.summary = (
             f"The run completed but its loss {describe_change(head, tail)} over "
@@ -428,36 +409,28 @@ def detect_input_starvation(w: JobWindow) -> list[Finding]:
     if idle_post < STARVE_MIN_IDLE or cpu_post < STARVE_WORKER_SATURATED:
         return []
     a, b = float(times[k]), float(times[-1])
-    f = Finding(
-        family="input_starvation",
-        category=JOB,
-        title="GPUs wait for input: the data pipeline is too slow",
-        summary="",
-        recommendation=(
-            "Give the data loader more worker processes (num_workers), pre-tokenize/pre-process "
-            "the dataset offline, and enable pinned memory and prefetching."
-        ),
-        explanation="",
-        confidence=round(min(0.95, 0.6 + idle_post), 2),
-        interval=(a, b),
-        subject=subject(job=w.job),
-    )
-    e1 = f.add(
-        signals.DCGM_FI_PROF_GR_ENGINE_ACTIVE,
+    f = new_finding(
+        "input_starvation",
+        JOB,
+        "GPUs wait for input: the data pipeline is too slow",
         (a, b),
+        round(min(0.95, 0.6 + idle_post), 2),
+        "Give the data loader more worker processes (num_workers), pre-tokenize/pre-process "
+        "the dataset offline, and enable pinned memory and prefetching.",
+        job=w.job,
+    )
+    e1 = f.add_job(
+        signals.DCGM_FI_PROF_GR_ENGINE_ACTIVE,
         round(idle_post, 4),
         round(float(idle[:k].mean()), 4) if k >= 10 else None,
         "share of time the GPUs were idle while the job was stepping (1 − engine active)",
-        job=w.job,
     )
-    e2 = f.add(
+    e2 = f.add_job(
         signals.HOST_CPU_UTIL,
-        (a, b),
         round(cpu_post, 3),
         1.0,
         "median CPU of each rank's busiest input-worker process (cores); baseline: one "
         "core, the most a single-threaded worker can use",
-        job=w.job,
     )
     f.summary = (
         f"Since {hhmmss(a)} the GPUs were idle {idle_post:.0%} of the time between steps [{e1}] "
@@ -494,29 +467,23 @@ def _hang_from_timeouts(w: JobWindow) -> list[Finding]:
     before = w.steps.step[(w.steps.ts <= first.ts) & np.isfinite(w.steps.step)]
     last_step = int(before.max()) if len(before) else None
     who = f"rank {culprit}" if culprit is not None else "one rank"
-    f = Finding(
-        family="collective_hang",
-        category=JOB,
-        title=f"Collective hang: {who} never arrived",
-        summary="",
-        recommendation=(
-            (
-                f"Dump rank {culprit}'s Python stack (py-spy dump --pid {rank_info.pid}) "
-                if rank_info is not None and rank_info.pid is not None
-                else "Dump the stuck ranks' Python stacks (py-spy dump --pid PID) "
-            )
-            + "to find where it stopped; check for rank-dependent code paths (data, logging, "
-            "checkpoint on rank 0 only, an early exit) before a collective."
-        ),
-        explanation="",
-        confidence=0.75 if culprit is not None else 0.6,
-        interval=(a, b),
-        subject=subject(
-            job=w.job,
-            node=rank_info.node if rank_info else None,
-            gpu=rank_info.gpu if rank_info else None,
-            rank=culprit,
-        ),
+    f = new_finding(
+        "collective_hang",
+        JOB,
+        f"Collective hang: {who} never arrived",
+        (a, b),
+        0.75 if culprit is not None else 0.6,
+        (
+            f"Dump rank {culprit}'s Python stack (py-spy dump --pid {rank_info.pid}) "
+            if rank_info is not None and rank_info.pid is not None
+            else "Dump the stuck ranks' Python stacks (py-spy dump --pid PID) "
+        )
+        + "to find where it stopped; check for rank-dependent code paths (data, logging, "
+        "checkpoint on rank 0 only, an early exit) before a collective.",
+        job=w.job,
+        node=rank_info.node if rank_info else None,
+        gpu=rank_info.gpu if rank_info else None,
+        rank=culprit,
     )
     e1 = f.add(
         "log: collective timeout",
@@ -629,20 +596,19 @@ def detect_collective_hang(w: JobWindow) -> list[Finding]:
     if any(e.gpu == r.gpu or (not e.gpu and e.node == r.node) for e in fault_events(w)):
         return []
     a, b = w.ts_at(a_i), w.ts_at(b_i - 1)
-    f = Finding(
-        family="collective_hang",
-        category=JOB,
-        title=f"Collective hang: rank {r.rank} never arrived",
-        summary="",
-        recommendation=(
-            f"Dump rank {r.rank}'s Python stack (py-spy dump --pid {r.pid}) to find where it is "
-            "stuck; check for rank-dependent code paths (data, logging, checkpoint on rank 0 "
-            "only) before a collective. Lower the NCCL timeout so hangs fail fast."
-        ),
-        explanation="",
-        confidence=0.85,
-        interval=(a, b),
-        subject=subject(job=w.job, node=r.node, gpu=r.gpu, rank=r.rank),
+    f = new_finding(
+        "collective_hang",
+        JOB,
+        f"Collective hang: rank {r.rank} never arrived",
+        (a, b),
+        0.85,
+        f"Dump rank {r.rank}'s Python stack (py-spy dump --pid {r.pid}) to find where it is "
+        "stuck; check for rank-dependent code paths (data, logging, checkpoint on rank 0 "
+        "only) before a collective. Lower the NCCL timeout so hangs fail fast.",
+        job=w.job,
+        node=r.node,
+        gpu=r.gpu,
+        rank=r.rank,
     )
     e1 = f.add(
         source,

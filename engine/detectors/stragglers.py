@@ -18,7 +18,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from contract import signals
-from contract.verdicts import subject
 from engine.detectors.common import (
     HEALTHY_JITTER_SD,
     MIN_SAMPLES,
@@ -29,6 +28,7 @@ from engine.detectors.common import (
     gpu_hours,
     hhmmss,
     jitter_wait,
+    new_finding,
     shift_start,
     step_blocks,
 )
@@ -263,64 +263,50 @@ def detect_sequence_imbalance(w: JobWindow) -> list[Finding]:
     jw = jitter_wait(w.world)
     excess = max(0.0, wait - jw)
     slowdown = 100.0 * excess / max(1e-6, 1.0 - wait)
-    f = Finding(
-        family="sequence_imbalance",
-        category=JOB,
-        title="Rotating straggler: sequence-length imbalance across ranks",
-        summary="",
-        recommendation=(
-            "Balance work per rank in the data sampler: bucket or pack sequences by length "
-            "(e.g. a length-grouped sampler or sequence packing) so every rank gets a similar "
-            "token count per step."
-        ),
-        explanation="",
-        confidence=0.0,
-        interval=(a, b),
-        subject=subject(job=w.job),
-    )
-    e1 = f.add(
-        f"{st.source} dispersion across ranks",
+    f = new_finding(
+        "sequence_imbalance",
+        JOB,
+        "Rotating straggler: sequence-length imbalance across ranks",
         (a, b),
+        0.0,
+        "Balance work per rank in the data sampler: bucket or pack sequences by length "
+        "(e.g. a length-grouped sampler or sequence packing) so every rank gets a similar "
+        "token count per step.",
+        job=w.job,
+    )
+    e1 = f.add_job(
+        f"{st.source} dispersion across ranks",
         round(disp, 4),
         round(im.disp_before, 4) if im.disp_before is not None else None,
         "median over steps of the ranks' mean absolute deviation of non-waiting share from "
         "the step's mean, relative; baseline: before the imbalance began",
-        job=w.job,
     )
-    e2 = f.add(
+    e2 = f.add_job(
         "slowest rank identity",
-        (a, b),
         distinct,
         w.world,
         f"distinct ranks that were slowest in a step; the most frequent one only in "
         f"{top_share:.0%} of steps",
-        job=w.job,
     )
-    e3 = f.add(
+    e3 = f.add_job(
         "rank-order correlation between consecutive samples",
-        (a, b),
         round(rho, 3),
         1.0,
         "Spearman ρ of the ranks' order from one step to the next (1 = same order)",
-        job=w.job,
     )
-    e4 = f.add(
+    e4 = f.add_job(
         "waiting share of ranks",
-        (a, b),
         round(wait, 4),
         None,
         "mean share of time a rank waited for the slowest rank (its tensor pipes idle)",
-        job=w.job,
     )
-    e5 = f.add(
+    e5 = f.add_job(
         "waiting share from healthy jitter",
-        (a, b),
         round(jw, 4),
         HEALTHY_JITTER_SD,
         f"the waiting a balanced {w.world}-rank job has anyway when each rank's compute varies "
         f"{HEALTHY_JITTER_SD:.0%} step to step (baseline: that jitter); only waiting beyond it "
         "is the imbalance's",
-        job=w.job,
     )
     f.summary = (
         f"From {hhmmss(a)} the slowest rank changed from step to step: {distinct} of "
@@ -511,16 +497,15 @@ def detect_slow_rank(w: JobWindow) -> list[Finding]:
     r = w.ranks[st.rank_row]
     a, b = float(st.times[st.start]), float(st.times[-1])
     slowdown = 100.0 * st.lead
-    f = Finding(
-        family="slow_rank",
-        category=INFRASTRUCTURE,
-        title=f"Persistent straggler: rank {r.rank} on {r.node}",
-        summary="",
-        recommendation="",
-        explanation="",
-        confidence=0.0,
-        interval=(a, b),
-        subject=subject(job=w.job, node=r.node, gpu=r.gpu, rank=r.rank),
+    f = new_finding(
+        "slow_rank",
+        INFRASTRUCTURE,
+        f"Persistent straggler: rank {r.rank} on {r.node}",
+        (a, b),
+        job=w.job,
+        node=r.node,
+        gpu=r.gpu,
+        rank=r.rank,
     )
     e1 = f.add(
         f"{st.source} lead over the median rank",

@@ -6,6 +6,8 @@ import numpy as np
 
 from contract import signals
 from contract.rows import EventRow, JobMeta, SeriesData, SeriesInfo
+from engine.detectors.common import new_finding
+from engine.findings import JOB, Finding
 from engine.window import JobWindow, RankInfo, StepTable
 
 T0 = 1_767_600_000.0
@@ -13,6 +15,21 @@ T0 = 1_767_600_000.0
 
 def gpu_uuid(i: int) -> str:
     return f"GPU-{i:08d}-0000-0000-0000-000000000000"
+
+
+def finding(
+    family: str,
+    category: str = JOB,
+    *,
+    node: str | None = None,
+    gpu: str | None = None,
+    rank: int | None = None,
+) -> Finding:
+    """A finding about job J1 over the hand-built window's 300 s, for the code that reads one
+    (the clearance)."""
+    return new_finding(
+        family, category, "t", (T0, T0 + 299), 0.9, job="J1", node=node, gpu=gpu, rank=rank
+    )
 
 
 def counter(gpu: str, name: str, values: np.ndarray, node: str = "n0") -> SeriesData:

@@ -6,7 +6,6 @@ import numpy as np
 
 from contract import signals
 from contract.rows import EventRow, SeriesData
-from contract.verdicts import subject
 from engine.clearance import hardware_clearance
 from engine.detectors import (
     detect_gpu_degrading,
@@ -17,10 +16,11 @@ from engine.detectors import (
     detect_slow_rank,
     run_detectors,
 )
-from engine.findings import Finding
+from engine.findings import INFRASTRUCTURE
 from engine.tests.synthetic import (
     T0,
     counter,
+    finding,
     gpu_uuid,
     healthy_sync,
     steps,
@@ -142,12 +142,6 @@ def test_gpu_degrading_rising_counters_vs_flat_preexisting() -> None:
     assert detect_gpu_degrading(flat) == []
 
 
-def _finding() -> Finding:
-    return Finding(
-        "numerical_divergence", "job", "t", "s", "r", "x", 0.8, (T0, T0 + 299), subject(job="J1")
-    )
-
-
 def test_clearance_flat_preexisting_counter_is_clear() -> None:
     raw = {
         gpu_uuid(r): {
@@ -162,7 +156,7 @@ def test_clearance_flat_preexisting_counter_is_clear() -> None:
         }
         for r in range(8)
     }
-    f = _finding()
+    f = finding("numerical_divergence")
     cleared = hardware_clearance(window(gpu_raw=raw), f)
     hw = next(c for c in cleared if c.check == "hardware")
     assert hw.result == "clear"
@@ -181,7 +175,7 @@ def test_clearance_rising_dbe_is_implicated() -> None:
             )
         }
     }
-    f = _finding()
+    f = finding("numerical_divergence")
     cleared = hardware_clearance(window(gpu_raw=raw), f)
     assert next(c for c in cleared if c.check == "hardware").result == "implicated"
 
@@ -202,17 +196,7 @@ def _replays_rising_on(rank: int) -> dict[str, dict[str, SeriesData]]:
 
 
 def test_clearance_corrected_errors_on_the_blamed_gpu_implicate_the_hardware() -> None:
-    f = Finding(
-        "slow_rank",
-        "infrastructure",
-        "t",
-        "s",
-        "r",
-        "x",
-        0.9,
-        (T0, T0 + 299),
-        subject(job="J1", gpu=gpu_uuid(5), rank=5),
-    )
+    f = finding("slow_rank", INFRASTRUCTURE, gpu=gpu_uuid(5), rank=5)
     cleared = hardware_clearance(window(gpu_raw=_replays_rising_on(5)), f)
     hw = next(c for c in cleared if c.check == "hardware")
     assert hw.result == "implicated"
@@ -220,7 +204,7 @@ def test_clearance_corrected_errors_on_the_blamed_gpu_implicate_the_hardware() -
 
 
 def test_clearance_corrected_errors_elsewhere_are_reported_not_implicating() -> None:
-    f = _finding()  # a job-category verdict blames no GPU
+    f = finding("numerical_divergence")  # a job-category verdict blames no GPU
     cleared = hardware_clearance(window(gpu_raw=_replays_rising_on(5)), f)
     hw = next(c for c in cleared if c.check == "hardware")
     assert hw.result == "clear"

@@ -12,7 +12,6 @@ import pytest
 
 from contract import signals
 from contract.rows import EventRow
-from contract.verdicts import subject
 from engine.analyze import analyze_trace
 from engine.clearance import hardware_clearance
 from engine.detectors import detect_gpu_degrading, detect_hardware_fault, run_detectors
@@ -25,8 +24,8 @@ from engine.detectors.xids import (
     WARNING_XIDS,
     xid_kind,
 )
-from engine.findings import INFRASTRUCTURE, JOB, Finding
-from engine.tests.synthetic import T0, counter, gpu_uuid, healthy_sync, steps, window
+from engine.findings import INFRASTRUCTURE
+from engine.tests.synthetic import T0, counter, finding, gpu_uuid, healthy_sync, steps, window
 from engine.window import GpuWindow, StepTable
 from simulator import simulate
 
@@ -97,7 +96,7 @@ def test_application_xid_blames_neither_job_hardware_nor_fleet(code: int) -> Non
         [_xid(code)],
     )
     assert detect_gpu_degrading(gw) == []  # one sign (SBE) only: the app's XID is not a sign
-    f = Finding("numerical_divergence", JOB, "t", "s", "r", "x", 0.9, (T0, T0 + 299), subject("J1"))
+    f = finding("numerical_divergence")
     w.gpu_raw = {g: {}}  # counters seen (empty) so the clearance runs
     w.gpu_raw[g][signals.DCGM_FI_DEV_ECC_DBE_VOL_TOTAL] = counter(
         g, signals.DCGM_FI_DEV_ECC_DBE_VOL_TOTAL, np.zeros(300)
@@ -146,22 +145,10 @@ def test_warning_xid_implicates_only_the_gpu_an_infrastructure_verdict_blames() 
             }
         },
     )
-    job_f = Finding(
-        "sequence_imbalance", JOB, "t", "s", "r", "x", 0.9, (T0, T0 + 299), subject("J1")
-    )
+    job_f = finding("sequence_imbalance")
     hw = next(c for c in hardware_clearance(w, job_f) if c.check == "hardware")
     assert hw.result == "clear" and "warning XID(s) 92" in hw.note
-    blamed = Finding(
-        "slow_rank",
-        INFRASTRUCTURE,
-        "t",
-        "s",
-        "r",
-        "x",
-        0.9,
-        (T0, T0 + 299),
-        subject("J1", "n0", g, 2),
-    )
+    blamed = finding("slow_rank", INFRASTRUCTURE, node="n0", gpu=g, rank=2)
     hw = next(c for c in hardware_clearance(w, blamed) if c.check == "hardware")
     assert hw.result == "implicated"
 
