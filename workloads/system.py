@@ -106,6 +106,20 @@ def _v1_group(hierarchy: str, probe: str, missing: str, name: str) -> Cgroup:
     return _make(base, name)
 
 
+def _limit_group(
+    name: str, *, v2: tuple[str, str, str], v1: tuple[str, str, str], v1_missing: str
+) -> tuple[Cgroup, str, str]:
+    """A new cgroup `name` and the (setting, value) of its limit, for the cgroup version this
+    host runs: `v2` and `v1` are (controller or hierarchy, setting file, value); a v1 host
+    without the setting file is `v1_missing`."""
+    if cgroup_version() == 2:
+        controller, setting, value = v2
+        _enable_v2_controller(controller)
+        return _make(CGROUP_ROOT, name), setting, value
+    hierarchy, setting, value = v1
+    return _v1_group(hierarchy, setting, v1_missing, name), setting, value
+
+
 @contextlib.contextmanager
 def _limited(cg: Cgroup, setting: str, value: str, error: str) -> Iterator[Cgroup]:
     """Writes the limit `setting` = `value`, yields the cgroup, removes it at the end."""
@@ -125,14 +139,13 @@ def cpu_cap(name: str, cores: float) -> Iterator[Cgroup]:
     _need_root()
     period = 100_000
     quota = max(1000, int(cores * period))
-    if cgroup_version() == 2:
-        _enable_v2_controller("cpu")
-        cg = _make(CGROUP_ROOT, name)
-        setting, value = "cpu.max", f"{quota} {period}"
-    else:
-        missing = "cgroup v1 cpu controller with CFS quota not mounted"
-        cg = _v1_group("cpu", "cpu.cfs_quota_us", missing, name)
-        setting, value = "cpu.cfs_quota_us", str(quota)
+    cg, setting, value = _limit_group(
+        name,
+        v2=("cpu", "cpu.max", f"{quota} {period}"),
+        v1=("cpu", "cpu.cfs_quota_us", str(quota)),
+        v1_missing="cgroup v1 cpu controller with CFS quota not mounted",
+    )
+    if setting == "cpu.cfs_quota_us":  # v1 keeps the period in a file of its own
         (cg.path / "cpu.cfs_period_us").write_text(str(period))
     with _limited(cg, setting, value, f"cannot write {cg.path / setting}"):
         yield cg
@@ -152,14 +165,12 @@ def write_cap(name: str, device: str, bytes_per_s: int) -> Iterator[Cgroup]:
     """A cgroup whose members' writes to block device `device` ("MAJ:MIN", a whole disk) are
     capped at `bytes_per_s`."""
     _need_root()
-    if cgroup_version() == 2:
-        _enable_v2_controller("io")
-        cg = _make(CGROUP_ROOT, name)
-        setting, value = "io.max", f"{device} wbps={bytes_per_s}"
-    else:
-        missing = "cgroup v1 blkio throttling is not available"
-        cg = _v1_group("blkio", "blkio.throttle.write_bps_device", missing, name)
-        setting, value = "blkio.throttle.write_bps_device", f"{device} {bytes_per_s}"
+    cg, setting, value = _limit_group(
+        name,
+        v2=("io", "io.max", f"{device} wbps={bytes_per_s}"),
+        v1=("blkio", "blkio.throttle.write_bps_device", f"{device} {bytes_per_s}"),
+        v1_missing="cgroup v1 blkio throttling is not available",
+    )
     with _limited(cg, setting, value, f"cannot set {setting} = {value!r} on {cg.path}"):
         yield cg
 

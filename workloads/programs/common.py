@@ -9,6 +9,7 @@ show and a broken one must not.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import math
 import os
@@ -39,6 +40,20 @@ SENTENCES = (
 VOCAB = sorted(set("".join(SENTENCES)))
 STOI = {c: i for i, c in enumerate(VOCAB)}
 VOCAB_SIZE = len(VOCAB)
+
+
+def arguments(
+    description: str | None, *, steps: int, lr: float, out_dir: bool = False
+) -> argparse.ArgumentParser:
+    """The options every program here takes: `--steps`, `--lr`, `--batch-size` (and the
+    required `--out-dir` of one that writes its framework's files there)."""
+    p = argparse.ArgumentParser(description=description)
+    if out_dir:
+        p.add_argument("--out-dir", required=True)
+    p.add_argument("--steps", type=int, default=steps)
+    p.add_argument("--lr", type=float, default=lr)
+    p.add_argument("--batch-size", type=int, default=16)
+    return p
 
 
 def setup_threads() -> None:

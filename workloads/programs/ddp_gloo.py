@@ -14,7 +14,6 @@ progress lines (nanoGPT's format), like most training scripts.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
@@ -30,10 +29,7 @@ from workloads.programs import common
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--steps", type=int, default=200)
-    p.add_argument("--lr", type=float, default=1e-2)
-    p.add_argument("--batch-size", type=int, default=16)
+    p = common.arguments(__doc__, steps=200, lr=1e-2)
     p.add_argument("--log-every", type=int, default=10)
     p.add_argument("--timeout-s", type=float, default=20.0, help="gloo collective timeout")
     p.add_argument("--stop-rank", type=int, default=None)

@@ -14,22 +14,17 @@ its metric dicts every `--logging-steps`, tqdm bars on stderr, a checkpoint ever
 
 from __future__ import annotations
 
-import argparse
 from typing import Any
 
 from workloads.programs import common
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--out-dir", required=True)
-    p.add_argument("--steps", type=int, default=300)
-    p.add_argument("--lr", type=float, default=3e-3)
+    p = common.arguments(__doc__, steps=300, lr=3e-3, out_dir=True)
     p.add_argument("--warmup-steps", type=int, default=0)
     p.add_argument("--max-grad-norm", type=float, default=1.0, help="0 = no clipping")
     p.add_argument("--save-steps", type=int, default=100)
     p.add_argument("--logging-steps", type=int, default=10)
-    p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--nan-at-step", type=int, default=None, help="poison a weight with NaN")
     args = p.parse_args(argv)

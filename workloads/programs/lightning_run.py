@@ -10,7 +10,6 @@ one epoch of `--steps` batches; Lightning's checkpoint callback saves at the end
 
 from __future__ import annotations
 
-import argparse
 from typing import Any
 
 import lightning as L
@@ -37,11 +36,7 @@ class CharModule(L.LightningModule):
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--out-dir", required=True)
-    p.add_argument("--steps", type=int, default=200)
-    p.add_argument("--lr", type=float, default=1e-2)
-    p.add_argument("--batch-size", type=int, default=16)
+    p = common.arguments(__doc__, steps=200, lr=1e-2, out_dir=True)
     p.add_argument(
         "--progress",
         choices=("tqdm", "rich"),

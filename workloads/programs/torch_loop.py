@@ -18,7 +18,6 @@ to DIR/cgroup.procs; root only), so a CPU cap there starves the input pipeline a
 
 from __future__ import annotations
 
-import argparse
 import os
 import time
 from pathlib import Path
@@ -69,10 +68,7 @@ def save_checkpoint(
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--steps", type=int, default=300)
-    p.add_argument("--lr", type=float, default=1e-2)
-    p.add_argument("--batch-size", type=int, default=16)
+    p = common.arguments(__doc__, steps=300, lr=1e-2)
     p.add_argument("--log-every", type=int, default=10)
     p.add_argument("--nan-at-step", type=int, default=None, help="poison a weight with NaN")
     p.add_argument("--ckpt-dir", default=None)

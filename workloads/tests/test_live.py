@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import re
 import statistics
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
@@ -88,35 +88,32 @@ def test_live_hf_trainer_healthy_no_incident(ingest_server: IngestServer, tmp_pa
     assert _offline_families(agent) == {job.job_id: []}
 
 
-def test_live_torch_loop_lr_zero_is_no_learning(
-    ingest_server: IngestServer, tmp_path: Path
+@pytest.mark.parametrize(
+    ("slug", "name", "argv", "family"),
+    [
+        ("wl-live-lr0", "torch-lr0", lambda w: program("torch_loop", "--lr", "0"), "no_learning"),
+        ("wl-live-hfx", "hf-exploding", RECORDED["hf-exploding"].argv, "numerical_divergence"),
+    ],
+    ids=["torch_loop_lr_zero_is_no_learning", "hf_trainer_exploding_lr_is_divergence"],
+)
+def test_live_job_fault_is_its_family(
+    ingest_server: IngestServer,
+    tmp_path: Path,
+    slug: str,
+    name: str,
+    argv: Callable[[Path], list[str]],
+    family: str,
 ) -> None:
-    op, token = _tenant("wl-live-lr0")
+    op, token = _tenant(slug)
     with NodeAgent(tmp_path / "agent", ingest_server.port, token) as agent:
-        run = agent.exec("torch-lr0", program("torch_loop", "--lr", "0"))
+        run = agent.exec(name, argv(tmp_path))
     assert run.rc == 0, run.describe()
     live = evaluate_live(op)
     _report(live)
     job = _one_job(live, agent)
-    assert job.families == ["no_learning"], job.said()
+    assert job.families == [family], job.said()
     assert job.incidents[0]["category"] == "job"
-    assert _offline_families(agent) == {job.job_id: ["no_learning"]}
-
-
-def test_live_hf_trainer_exploding_lr_is_divergence(
-    ingest_server: IngestServer, tmp_path: Path
-) -> None:
-    op, token = _tenant("wl-live-hfx")
-    argv = RECORDED["hf-exploding"].argv(tmp_path)
-    with NodeAgent(tmp_path / "agent", ingest_server.port, token) as agent:
-        run = agent.exec("hf-exploding", argv)
-    assert run.rc == 0, run.describe()
-    live = evaluate_live(op)
-    _report(live)
-    job = _one_job(live, agent)
-    assert job.families == ["numerical_divergence"], job.said()
-    assert job.incidents[0]["category"] == "job"
-    assert _offline_families(agent) == {job.job_id: ["numerical_divergence"]}
+    assert _offline_families(agent) == {job.job_id: [family]}
 
 
 def test_live_torchrun_per_rank_exec_is_one_job_of_two_ranks(

@@ -85,30 +85,28 @@ def test_hf_trainer_nan_mid_run_is_divergence_not_a_perfect_loss(hf_nan: Run) ->
 # --- Lightning --------------------------------------------------------------------------------
 
 
-def test_lightning_healthy_gets_no_verdict(lightning_healthy: Run) -> None:
-    run = lightning_healthy
+@pytest.mark.parametrize(
+    ("fixture", "printed", "families"),
+    [
+        (
+            "lightning_healthy",
+            ("`Trainer.fit` stopped: `max_epochs=1` reached.", "train_loss="),
+            [],
+        ),
+        # Lightning's default bar when rich is installed prints only its last frame outside a
+        # terminal: Proof sees the job, not a loss history, and must blame nothing.
+        ("lightning_rich_healthy", ("train_loss:",), []),
+        ("lightning_lr0", ("train_loss=",), ["no_learning"]),
+    ],
+)
+def test_lightning_run_completes_with_the_expected_families(
+    fixture: str, printed: tuple[str, ...], families: list[str], request: pytest.FixtureRequest
+) -> None:
+    run: Run = request.getfixturevalue(fixture)
     assert run.rc == 0, run.describe()
-    assert run.output_has("`Trainer.fit` stopped: `max_epochs=1` reached.")
-    assert run.output_has("train_loss=")
-    assert run.families == [], run.describe()
-    assert job_field(only_job(run), "state") == "completed"
-
-
-def test_lightning_rich_bar_healthy_gets_no_verdict(lightning_rich_healthy: Run) -> None:
-    """Lightning's default bar when rich is installed prints only its last frame outside a
-    terminal: Proof sees the job, not a loss history, and must blame nothing."""
-    run = lightning_rich_healthy
-    assert run.rc == 0, run.describe()
-    assert run.output_has("train_loss:")
-    assert run.families == [], run.describe()
-    assert job_field(only_job(run), "state") == "completed"
-
-
-def test_lightning_lr_zero_is_no_learning(lightning_lr0: Run) -> None:
-    run = lightning_lr0
-    assert run.rc == 0, run.describe()
-    assert run.output_has("train_loss=")
-    assert run.families == ["no_learning"], run.describe()
+    for line in printed:
+        assert run.output_has(line), line
+    assert run.families == families, run.describe()
     assert job_field(only_job(run), "state") == "completed"
 
 
