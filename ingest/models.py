@@ -12,7 +12,7 @@ from typing import ClassVar
 
 from django.db import models
 
-from tenants.models import Customer, TenantOwned
+from tenants.models import Customer, TenantOwned, operator_index, unique_per_operator
 
 
 class Node(TenantOwned):
@@ -23,9 +23,7 @@ class Node(TenantOwned):
     last_seen_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
-        constraints = [
-            models.UniqueConstraint(fields=["operator", "hostname"], name="ingest_node_unique")
-        ]
+        constraints = [unique_per_operator("hostname", name="ingest_node_unique")]
 
     def __str__(self) -> str:
         return self.hostname
@@ -42,9 +40,7 @@ class Gpu(TenantOwned):
     last_seen_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
-        constraints = [
-            models.UniqueConstraint(fields=["operator", "uuid"], name="ingest_gpu_unique")
-        ]
+        constraints = [unique_per_operator("uuid", name="ingest_gpu_unique")]
 
     def __str__(self) -> str:
         return self.uuid
@@ -87,9 +83,7 @@ class Job(TenantOwned):
     customer_path: ClassVar[str | None] = "customer"
 
     class Meta:
-        constraints = [
-            models.UniqueConstraint(fields=["operator", "job_id"], name="ingest_job_unique")
-        ]
+        constraints = [unique_per_operator("job_id", name="ingest_job_unique")]
 
     def __str__(self) -> str:
         return self.job_id
@@ -126,14 +120,27 @@ class Process(TenantOwned):
     customer_path: ClassVar[str | None] = "job__customer"
 
     class Meta:
-        constraints = [
-            models.UniqueConstraint(
-                fields=["operator", "node", "pid"], name="ingest_process_unique"
-            )
-        ]
+        constraints = [unique_per_operator("node", "pid", name="ingest_process_unique")]
 
 
-class Series(TenantOwned):
+class Sourced(TenantOwned):
+    """Base of what agents report about one place (a series, an event): the node, GPU,
+    process and job rank it came from, each optional; customers see it through the job."""
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, null=True, blank=True)
+    gpu = models.CharField(max_length=96, blank=True, default="")
+    gpu_index = models.IntegerField(null=True, blank=True)
+    pid = models.BigIntegerField(null=True, blank=True)
+    job = models.ForeignKey(Job, on_delete=models.SET_NULL, null=True, blank=True)
+    rank = models.IntegerField(null=True, blank=True)
+
+    customer_path: ClassVar[str | None] = "job__customer"
+
+    class Meta:
+        abstract = True
+
+
+class Series(Sourced):
     """One time series: a signal name with its identity keys and labels (docs/design.md §3–4).
 
     `key_hash` digests the whole identity so that the catalog lookup is one indexed equality.
@@ -142,26 +149,16 @@ class Series(TenantOwned):
 
     key_hash = models.CharField(max_length=32)
     name = models.CharField(max_length=255)
-    node = models.ForeignKey(Node, on_delete=models.CASCADE, null=True, blank=True)
-    gpu = models.CharField(max_length=96, blank=True, default="")
-    gpu_index = models.IntegerField(null=True, blank=True)
-    pid = models.BigIntegerField(null=True, blank=True)
-    job = models.ForeignKey(Job, on_delete=models.SET_NULL, null=True, blank=True)
-    rank = models.IntegerField(null=True, blank=True)
     local_rank = models.IntegerField(null=True, blank=True)
     labels = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
-    customer_path: ClassVar[str | None] = "job__customer"
-
     class Meta:
-        constraints = [
-            models.UniqueConstraint(fields=["operator", "key_hash"], name="ingest_series_unique")
-        ]
+        constraints = [unique_per_operator("key_hash", name="ingest_series_unique")]
         indexes = [
-            models.Index(fields=["operator", "job"], name="ingest_series_job"),
-            models.Index(fields=["operator", "node", "name"], name="ingest_series_node"),
-            models.Index(fields=["operator", "gpu", "name"], name="ingest_series_gpu"),
+            operator_index("job", name="ingest_series_job"),
+            operator_index("node", "name", name="ingest_series_node"),
+            operator_index("gpu", "name", name="ingest_series_gpu"),
         ]
 
 
@@ -199,30 +196,22 @@ class LogLine(TenantOwned):
 
     class Meta:
         indexes = [
-            models.Index(fields=["operator", "job", "ts_us"], name="ingest_log_job_ts"),
-            models.Index(fields=["operator", "node", "ts_us"], name="ingest_log_node_ts"),
+            operator_index("job", "ts_us", name="ingest_log_job_ts"),
+            operator_index("node", "ts_us", name="ingest_log_node_ts"),
         ]
 
 
-class Event(TenantOwned):
+class Event(Sourced):
     ts_us = models.BigIntegerField()
     name = models.CharField(max_length=128)
-    node = models.ForeignKey(Node, on_delete=models.CASCADE, null=True, blank=True)
-    gpu = models.CharField(max_length=96, blank=True, default="")
-    gpu_index = models.IntegerField(null=True, blank=True)
-    pid = models.BigIntegerField(null=True, blank=True)
-    job = models.ForeignKey(Job, on_delete=models.SET_NULL, null=True, blank=True)
-    rank = models.IntegerField(null=True, blank=True)
     value = models.FloatField(null=True, blank=True)
     text = models.TextField(blank=True, default="")
     labels = models.JSONField(default=dict, blank=True)
 
-    customer_path: ClassVar[str | None] = "job__customer"
-
     class Meta:
         indexes = [
-            models.Index(fields=["operator", "gpu", "ts_us"], name="ingest_event_gpu_ts"),
-            models.Index(fields=["operator", "node", "ts_us"], name="ingest_event_node_ts"),
+            operator_index("gpu", "ts_us", name="ingest_event_gpu_ts"),
+            operator_index("node", "ts_us", name="ingest_event_node_ts"),
         ]
 
 
@@ -236,8 +225,4 @@ class BatchReceipt(TenantOwned):
     received_at = models.DateTimeField()
 
     class Meta:
-        constraints = [
-            models.UniqueConstraint(
-                fields=["operator", "agent_id", "sequence"], name="ingest_receipt_unique"
-            )
-        ]
+        constraints = [unique_per_operator("agent_id", "sequence", name="ingest_receipt_unique")]

@@ -22,7 +22,7 @@ from django.db import models
 from django.db.models import Q
 
 from ingest.models import Job
-from tenants.models import TenantOwned
+from tenants.models import TenantOwned, operator_index, unique_per_operator
 
 GPU_DEGRADING = "gpu_degrading"
 
@@ -68,22 +68,24 @@ class Incident(TenantOwned):
     class Meta:
         ordering = ["-last_seen", "-id"]
         constraints = [
-            models.UniqueConstraint(
-                fields=["operator", "job", "family"],
-                condition=Q(state="open", job__isnull=False),
+            unique_per_operator(
+                "job",
+                "family",
                 name="investigations_one_open_incident_per_job_family",
+                condition=Q(state="open", job__isnull=False),
             ),
-            models.UniqueConstraint(
-                fields=["operator", "subject_gpu", "family"],
-                condition=Q(state="open", job__isnull=True),
+            unique_per_operator(
+                "subject_gpu",
+                "family",
                 name="investigations_one_open_incident_per_gpu_family",
+                condition=Q(state="open", job__isnull=True),
             ),
         ]
         indexes = [
-            models.Index(fields=["operator", "state", "last_seen"], name="inv_incident_state"),
-            models.Index(fields=["operator", "family", "category"], name="inv_incident_family"),
-            models.Index(fields=["operator", "confidence"], name="inv_incident_confidence"),
-            models.Index(fields=["operator", "subject_gpu"], name="inv_incident_gpu"),
+            operator_index("state", "last_seen", name="inv_incident_state"),
+            operator_index("family", "category", name="inv_incident_family"),
+            operator_index("confidence", name="inv_incident_confidence"),
+            operator_index("subject_gpu", name="inv_incident_gpu"),
         ]
 
     def __str__(self) -> str:
@@ -163,7 +165,7 @@ class JobActivity(TenantOwned):
     customer_path: ClassVar[str | None] = "job__customer"
 
     class Meta:
-        indexes = [models.Index(fields=["operator", "received_at"], name="inv_activity_recv")]
+        indexes = [operator_index("received_at", name="inv_activity_recv")]
 
 
 class JobGpuUsage(TenantOwned):
@@ -205,9 +207,7 @@ class GpuListPrice(TenantOwned):
     class Meta:
         ordering = ["gpu_model"]
         constraints = [
-            models.UniqueConstraint(
-                fields=["operator", "gpu_model"], name="investigations_price_per_model"
-            ),
+            unique_per_operator("gpu_model", name="investigations_price_per_model"),
             models.CheckConstraint(
                 condition=Q(price_per_gpu_hour__gt=0), name="investigations_price_positive"
             ),

@@ -81,6 +81,18 @@ class TenantOwned(models.Model):
         abstract = True
 
 
+def unique_per_operator(
+    *fields: str, name: str, condition: models.Q | None = None
+) -> models.UniqueConstraint:
+    """A uniqueness within one operator's rows: the tenant key leads the constraint."""
+    return models.UniqueConstraint(fields=["operator", *fields], condition=condition, name=name)
+
+
+def operator_index(*fields: str, name: str) -> models.Index:
+    """An index for one operator's queries (every tenant query filters on the operator)."""
+    return models.Index(fields=["operator", *fields], name=name)
+
+
 class Customer(TenantOwned):
     """An operator's client (an ML team). Belongs to exactly one operator."""
 
@@ -92,9 +104,7 @@ class Customer(TenantOwned):
 
     class Meta:
         ordering = ["name"]
-        constraints = [
-            models.UniqueConstraint(fields=["operator", "slug"], name="customer_slug_per_operator")
-        ]
+        constraints = [unique_per_operator("slug", name="customer_slug_per_operator")]
 
     def __str__(self) -> str:
         return self.name
@@ -206,9 +216,7 @@ class JobMappingRule(TenantOwned):
     class Meta:
         ordering = ["priority", "id"]
         constraints = [
-            models.UniqueConstraint(
-                fields=["operator", "match_field", "value"], name="job_mapping_rule_unique_match"
-            )
+            unique_per_operator("match_field", "value", name="job_mapping_rule_unique_match")
         ]
 
     def __str__(self) -> str:
