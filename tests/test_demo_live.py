@@ -1,5 +1,6 @@
-"""`proof demo` live: the whole embedded stack in one process tree, on ephemeral ports, with
-accelerated simulated agents streaming over real gRPC into ingest and the detectors."""
+"""`proof demo` live: the whole embedded stack in one process tree, on ephemeral ports: real
+`proof-agent run --backend sim` processes, accelerated, streaming over gRPC into ingest; the
+in-process task runner (the schedule's periodic tasks and a Celery worker) evaluating them."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from proof_web.schedule import BEAT_SCHEDULE
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -29,7 +32,8 @@ def test_demo_streams_agents_to_verdicts_and_the_healthy_job_gets_none(tmp_path:
         if k not in ("DATABASE_URL", "DATABASE_OWNER_URL", "REDIS_URL", "DJANGO_SETTINGS_MODULE")
     }
     env.update(PROOF_DATA_DIR=str(tmp_path), PROOF_ENV="development")
-    # 300 simulated seconds at 30x: the agents finish in ~10 s; the rest is evaluation slack.
+    # 300 simulated seconds at 30x: the agents finish in ~10 s; the rest is evaluation slack
+    # (the debounce countdown and the 15 s job fan-out of the schedule).
     result = subprocess.run(
         [
             sys.executable,
@@ -56,11 +60,25 @@ def test_demo_streams_agents_to_verdicts_and_the_healthy_job_gets_none(tmp_path:
     out = result.stdout
     assert result.returncode == 0, result.stderr[-3000:]
     assert re.search(r"ingest \(gRPC\) listening on 127\.0\.0\.1:\d+", out)
-    assert "2 simulated agents" in out
+    # The in-process runner runs every periodic task of the schedule, each at its period.
+    tasks_line = next(line for line in out.splitlines() if "tasks in-process:" in line)
+    for entry in BEAT_SCHEDULE.values():
+        assert f"{entry.task} every {entry.every_seconds:g} s" in tasks_line, tasks_line
+    # One real agent process per simulated node (healthy_training's neighbour job adds one),
+    # each of which shipped its whole run and stopped cleanly.
+    agents = re.search(r"(\d+) simulated agents, one per node, for 2 scenarios", out)
+    assert agents and int(agents.group(1)) >= 2, out[:3000]
+    logs = sorted((tmp_path / "demo-agents").glob("*.log"))
+    assert len(logs) == int(agents.group(1))
+    for log in logs:
+        shipped = re.search(r"agent stopped after \d+ intervals, [1-9]\d* records", log.read_text())
+        assert shipped, log
     # The reference case's verdict was printed as it appeared, with its evidence...
     assert "== NEW VERDICT: sequence_imbalance (job)" in out, out[-3000:]
     assert re.search(r"\n   \[e1\] ", out)
     # ...and the summary lists every job: only the reference job has a verdict.
+    evaluations = re.search(r"proof demo: (\d+) evaluations; verdicts per job:", out)
+    assert evaluations and int(evaluations.group(1)) >= 2  # each job, by the worker
     summary = out[out.index("verdicts per job:") : out.index("the real price")].splitlines()[1:]
     rows = [line.split() for line in summary if line.startswith("  ") and "agent" not in line]
     with_verdict = [r for r in rows if "no" not in r[2:4]]

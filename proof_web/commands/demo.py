@@ -2,12 +2,14 @@
 
 Migrates the database (SQLite in PROOF_DATA_DIR unless DATABASE_URL says otherwise), makes
 sure a demo operator, a customer and two users exist with known passwords, then starts the
-whole live stack in this one process (proof_web/commands/demo_live.py): the ingest gRPC
-server on loopback, an in-process evaluator running the detectors on every active job,
-and simulated agents for docs/design.md §1's four reference cases plus a healthy job, streaming
-through the real agent → gRPC → ingest → detectors path. Each verdict is printed as it
-appears; daphne serves the web meanwhile. Ctrl-C stops it all. `--no-agents` skips the
-agents. Safe to re-run: existing demo rows are reused and the demo passwords reset.
+whole live stack in this process tree (proof_web/commands/demo_live.py): the ingest gRPC
+server on loopback, the in-process task runner (proof_web/runner.py: the periodic schedule of
+proof_web/schedule.py and a Celery worker pool running the detectors' tasks), and a
+`proof-agent run --backend sim` process per simulated node for docs/design.md §1's four
+reference cases plus a healthy job, streaming through the real agent → gRPC → ingest →
+detectors path. Each verdict is printed as it appears; daphne serves the web meanwhile.
+Ctrl-C stops it all. `--no-agents` skips the agents. Safe to re-run: existing demo rows are
+reused and the demo passwords reset; a re-run's agents play the next seed (new jobs).
 """
 
 from __future__ import annotations

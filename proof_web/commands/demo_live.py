@@ -1,36 +1,42 @@
-"""The live part of `proof demo`: ingest, in-process evaluation and simulated agents.
+"""The live part of `proof demo`: ingest, the in-process task runner and simulated agents.
 
-    LiveDemo(operator_id, ...).start()   # ingest gRPC on loopback, evaluator, agents
+    LiveDemo(operator_id, ...).start()   # ingest gRPC on loopback, task runner, agents
     ...                                  # daphne serves the web meanwhile (main thread)
     demo.stop()
 
 - **Ingest**: `ingest.server.IngestServer` on 127.0.0.1 (an ephemeral port unless given).
-- **Evaluator**: the embedded default has no broker or worker (tasks run eagerly), so a
-  thread plays Celery beat + worker: every `evaluate_every` seconds it runs the same fan-out
-  the periodic task runs (investigations.selectors → services.evaluate_job for every active job
-  with new data), and fleet health at its slower rate.
-- **Agents**: one `proof-agent` runtime per scenario, in threads: the simulated-hardware
-  backend's collectors → the real `Agent` loop and identity join → batches from the real
-  encoder → the real gRPC client, authenticated with a fresh agent token of the demo operator.
-  The simulated run ends "now" and plays at `speed`× real time, so its timestamps are never in
-  the future.
+- **Tasks**: `proof_web.runner.TaskRunner`, the embedded default's beat and worker: every
+  periodic task of proof_web/schedule.py at its own period (the job fan-out every 15 s, fleet
+  health every 10 min, …) and a small Celery worker pool in this process that runs what they
+  and the services enqueue — `evaluate_job` after each debounced ingest announcement, as in
+  production. With a real broker (REDIS_URL) the demo starts no runner: the worker and beat
+  processes evaluate.
+- **Agents**: one `proof-agent run --backend sim --node N` process per simulated node of each
+  scenario (4 GPUs a node; a scenario's neighbour job or rerun adds a node) — the agent an
+  operator runs on each node, with the simulated-hardware backend for collectors —
+  shipping over gRPC with the agent's own transport to the ingest above, authenticated with a
+  fresh agent token of the demo operator. An accelerated run ends about now, so its
+  timestamps are never in the future. Each agent's output goes to
+  `PROOF_DATA_DIR/demo-agents/<scenario>-<node>.log`.
 - **Printing**: a subscriber of the notification hook prints each verdict as it appears.
 """
 
 from __future__ import annotations
 
-import logging
-import threading
+import shutil
+import signal
+import subprocess
+import sys
 import time
-import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any, TextIO
+from pathlib import Path
+from typing import IO, Any, TextIO
 
-log = logging.getLogger(__name__)
+import simulator
 
-# docs/design.md §1's four reference cases, then the healthy control (seeds checked to show each).
+# DESIGN §1's four reference cases, then the healthy control (seed 1 checked to show each).
 REFERENCE_SCENARIOS: tuple[str, ...] = (
     "sequence_imbalance",
     "checkpoint_stall",
@@ -39,102 +45,46 @@ REFERENCE_SCENARIOS: tuple[str, ...] = (
 )
 HEALTHY_SCENARIO = "healthy_training"
 DEMO_SCENARIOS: tuple[str, ...] = (*REFERENCE_SCENARIOS, HEALTHY_SCENARIO)
-AGENT_TOKEN_NAME = "proof demo agents"  # noqa: S105 - the demo token's display name, not the secret
+AGENT_TOKEN_NAME = "proof demo agents"  # noqa: S105 - the token's display name, not a secret
+AGENT_NODES = 1
+AGENT_GPUS_PER_NODE = 4
 # USD per GPU-hour for the simulator's GPU models (typical on-demand list prices).
 DEMO_LIST_PRICES = {
     "NVIDIA H100 80GB HBM3": Decimal("2.49"),
     "NVIDIA H200": Decimal("3.49"),
     "NVIDIA A100-SXM4-80GB": Decimal("1.29"),
 }
+# How long an agent gets to ship what it holds and exit once asked to stop (SIGTERM: it stops
+# after the current interval and flushes its transport).
+AGENT_STOP_S = 30.0
 
 
-class GrpcSink:
-    """Agent sink that ships each few seconds of records as one batch over the real gRPC
-    client (contract.wire.client) — the path `proof-agent run --server` takes."""
-
-    def __init__(
-        self,
-        target: str,
-        token: str,
-        agent_id: str,
-        batch_seconds: float = 2.0,
-        job_suffix: str = "",
-        gpu_model: str = "",
-    ):
-        from contract.wire.client import BatchSender, open_channel
-        from contract.wire.encode import BatchBuilder
-
-        self.channel = open_channel(target)
-        self.sender = BatchSender(self.channel, token)
-        self.builder = BatchBuilder(agent_id)
-        self.batch_seconds = batch_seconds
-        self.sequence = 0
-        self._batch_start: float | None = None
-        self.agent_id = agent_id
-        self.job_suffix = job_suffix
-        self.gpu_model = gpu_model
-        self._registered: set[str] = set()
-
-    def _register(self, records: Sequence[dict[str, Any]]) -> None:
-        """Register each node with its GPUs when first seen, as the real agent does on start
-        (with the simulated fleet's GPU model, as NVML names it)."""
-        gpus: dict[str, dict[str, dict[str, Any]]] = {}
-        for rec in records:
-            node, gpu = rec.get("node"), rec.get("gpu")
-            if node and gpu and node not in self._registered:
-                gpus.setdefault(node, {})[gpu] = {
-                    "uuid": gpu,
-                    "index": int(rec.get("gpu_index") or 0),
-                    "model": self.gpu_model,
-                }
-        for node, found in gpus.items():
-            self.sender.register(
-                agent_id=f"{self.agent_id}-{node}",
-                hostname=node,
-                agent_version="demo",
-                gpus=list(found.values()),
-            )
-            self._registered.add(node)
-
-    def submit(self, records: Sequence[dict[str, Any]]) -> None:
-        if not records:
-            return
-        if self.job_suffix:
-            # A re-run of the demo plays the same seeds over overlapping times: its jobs, nodes
-            # and GPUs get new names, as if another part of the fleet ran new jobs.
-            for rec in records:
-                for key in ("job", "rerun_of", "node", "gpu"):
-                    if rec.get(key):
-                        rec[key] = f"{rec[key]}{self.job_suffix}"
-                if isinstance(rec.get("nodes"), list):
-                    rec["nodes"] = [f"{n}{self.job_suffix}" for n in rec["nodes"]]
-        self._register(records)
-        self.builder.extend(records)
-        ts = float(records[-1]["ts"])
-        if self._batch_start is None:
-            self._batch_start = ts
-        if ts - self._batch_start >= self.batch_seconds or len(self.builder) > 50_000:
-            self.flush()
-            self._batch_start = ts
-
-    def flush(self) -> None:
-        if len(self.builder):
-            self.sequence += 1
-            self.sender.send(self.builder.build(self.sequence))
-
-    def close(self) -> None:
-        self.flush()
-        self.sender.close()
-        self.channel.close()
+def agent_command() -> list[str]:
+    """`proof-agent` as installed beside this interpreter (the same environment), else on
+    PATH: the agent is its own program, started as an operator starts it."""
+    beside = Path(sys.executable).with_name("proof-agent")
+    found = str(beside) if beside.exists() else shutil.which("proof-agent")
+    if not found:
+        raise RuntimeError("proof-agent is not installed here (pip install '.[agent]')")
+    return [found]
 
 
 @dataclass
 class AgentRun:
     scenario: str
-    thread: threading.Thread
-    agent: Any
-    jobs: set[str] = field(default_factory=set)
-    error: BaseException | None = None
+    node: str
+    process: subprocess.Popen[bytes]
+    log_path: Path
+    log: IO[bytes]
+
+    @property
+    def error(self) -> str | None:
+        """Why the agent failed (its exit status and last output line), or None."""
+        code = self.process.poll()
+        if code in (None, 0, -signal.SIGTERM):
+            return None
+        lines = self.log_path.read_text(errors="replace").strip().splitlines()
+        return f"exit status {code}: {lines[-1] if lines else 'no output'} ({self.log_path})"
 
 
 def _print_verdict(out: TextIO, note: Any) -> None:
@@ -169,45 +119,49 @@ class LiveDemo:
         speed: float = 10.0,
         duration_s: float = 600.0,
         ingest_port: int = 0,
-        evaluate_every: float = 3.0,
         agents: bool = True,
         out: TextIO | None = None,
         seed: int = 1,
     ) -> None:
-        import sys
-
         self.operator_id = operator_id
         self.scenarios = list(scenarios)
         self.speed = speed
         self.duration_s = duration_s
         self.ingest_port = ingest_port
-        self.evaluate_every = evaluate_every
         self.with_agents = agents
         self.out = out or sys.stdout
         self.seed = seed
-        self.stopping = threading.Event()
         self.server: Any = None
         self.port: int | None = None
+        self.runner: Any = None
         self.runs: list[AgentRun] = []
         self._receiver: Callable[..., None] | None = None
-        self._evaluator: threading.Thread | None = None
-        self.evaluations = 0
-        self.job_suffix = ""
 
     # --- lifecycle ----------------------------------------------------------------------------
 
     def start(self) -> None:
         from ingest.server import IngestServer
         from investigations import notifications
+        from proof_web.runner import TaskRunner, in_process
 
         self._receiver = notifications.subscribe(lambda note: _print_verdict(self.out, note))
         self._ensure_list_price()
+        if in_process():
+            self.runner = TaskRunner()
+            self.runner.start()
+            self.out.write(
+                "proof demo: tasks in-process: "
+                + ", ".join(f"{p.task} every {p.every_seconds:g} s" for p in self.runner.plan)
+                + f", and a {self.runner.concurrency}-thread worker for what they enqueue\n"
+            )
+        else:
+            self.out.write(
+                "proof demo: tasks go to the broker (REDIS_URL): run a worker and beat "
+                "(README, production process layout) to evaluate\n"
+            )
         self.server = IngestServer("127.0.0.1", self.ingest_port)
         self.port = self.server.start()
         self.out.write(f"proof demo: ingest (gRPC) listening on 127.0.0.1:{self.port}\n")
-        self._evaluator = threading.Thread(target=self._evaluate_loop, name="demo-evaluator")
-        self._evaluator.daemon = True
-        self._evaluator.start()
         if self.with_agents:
             self._start_agents()
         self.out.flush()
@@ -216,16 +170,28 @@ class LiveDemo:
         from django.db import connections
 
         from investigations import notifications
+        from investigations.tasks import fan_out_job_evaluations
 
-        self.stopping.set()
         for run in self.runs:
-            run.agent.stop()
+            if run.process.poll() is None:
+                run.process.terminate()
         for run in self.runs:
-            run.thread.join(timeout=30)
+            try:
+                run.process.wait(timeout=AGENT_STOP_S)
+            except subprocess.TimeoutExpired:
+                run.process.kill()
+                run.process.wait()
+            run.log.close()
         if self.server is not None:
             self.server.stop(grace=2.0)
-        if self._evaluator is not None:
-            self._evaluator.join(timeout=60)
+        if self.runner is not None:
+            # One last job fan-out, so the data that arrived last is judged too; what waits
+            # for a countdown is dropped with the runner (the fan-out evaluates those jobs).
+            self.runner.send_now(
+                p.name for p in self.runner.plan if p.task == fan_out_job_evaluations.name
+            )
+            self.runner.wait_idle(120, delayed=False)
+            self.runner.stop()
         if self._receiver is not None:
             notifications.unsubscribe(self._receiver)
         connections.close_all()
@@ -248,6 +214,8 @@ class LiveDemo:
     # --- agents -------------------------------------------------------------------------------
 
     def _start_agents(self) -> None:
+        from django.conf import settings
+
         from tenants import services as tenant_services
         from tenants.context import tenant_context
         from tenants.models import AgentToken
@@ -258,93 +226,83 @@ class LiveDemo:
                 .filter(name=AGENT_TOKEN_NAME)
                 .count()
             )
-        self.job_suffix = f"-run{earlier + 1}" if earlier else ""
+        # A re-run plays the next seed: new jobs, nodes and GPUs, as if another part of the
+        # fleet ran new jobs (the same seed over overlapping times would mix two runs'
+        # samples in one job's series).
+        seed = self.seed + earlier
         _token, plaintext = tenant_services.do_create_agent_token(
             self.operator_id, name=AGENT_TOKEN_NAME
         )
+        logs = Path(settings.DATA_DIR) / "demo-agents"
+        logs.mkdir(parents=True, exist_ok=True)
+        command = agent_command()
+        # One start for every agent of a scenario: they play one simulated run, node by node.
         start_ts = float(int(time.time() - self.duration_s))
         for scenario in self.scenarios:
-            run = self._agent(scenario, plaintext, start_ts)
-            self.runs.append(run)
-            run.thread.start()
+            for node in self._nodes(scenario, seed, start_ts):
+                argv = [
+                    *command,
+                    "run",
+                    "--backend",
+                    "sim",
+                    "--scenario",
+                    scenario,
+                    "--seed",
+                    str(seed),
+                    "--nodes",
+                    str(AGENT_NODES),
+                    "--gpus-per-node",
+                    str(AGENT_GPUS_PER_NODE),
+                    "--node",
+                    node,
+                    "--duration",
+                    f"{self.duration_s:g}",
+                    "--speed",
+                    f"{self.speed:g}",
+                    "--start-ts",
+                    f"{start_ts:.0f}",
+                    "--server",
+                    f"127.0.0.1:{self.port}",
+                    "--token",
+                    plaintext,
+                ]
+                log_path = logs / f"{scenario}-{node}.log"
+                log = log_path.open("wb")
+                # S603: our own argv (the installed proof-agent, fixed flags), no shell.
+                process = subprocess.Popen(  # noqa: S603
+                    argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
+                )
+                self.runs.append(AgentRun(scenario, node, process, log_path, log))
+        rerun = f", seed {seed} (a re-run: new jobs)" if earlier else ""
         self.out.write(
-            f"proof demo: {len(self.runs)} simulated agents ({', '.join(self.scenarios)}) "
-            f"playing {self.duration_s:g} s of telemetry at {self.speed:g}x\n"
+            f"proof demo: {len(self.runs)} simulated agents, one per node, for "
+            f"{len(self.scenarios)} scenarios ({', '.join(self.scenarios)}) playing "
+            f"{self.duration_s:g} s of telemetry at {self.speed:g}x{rerun}\n"
         )
 
-    def _agent(self, scenario: str, token: str, start_ts: float) -> AgentRun:
-        from agent.runtime import AcceleratedClock, Agent
-        from agent.runtime.sim_backend import SimBackend
-
-        backend = SimBackend.from_scenario(
+    def _nodes(self, scenario: str, seed: int, start_ts: float) -> list[str]:
+        """The simulated nodes of the scenario's run (a neighbour or a rerun of the job may
+        add one to the node asked for): the agents' own simulator, asked the same way."""
+        run = simulator.simulate(
             scenario,
-            seed=self.seed,
+            seed=seed,
             duration_s=self.duration_s,
+            nodes=AGENT_NODES,
+            gpus_per_node=AGENT_GPUS_PER_NODE,
             start_ts=start_ts,
-            nodes=1,
-            gpus_per_node=4,
         )
-        # A fresh agent id per run: ingest de-duplicates on (agent id, sequence).
-        sink = GrpcSink(
-            f"127.0.0.1:{self.port}",
-            token,
-            f"demo-{scenario}-{uuid.uuid4().hex[:8]}",
-            job_suffix=self.job_suffix,
-            gpu_model=str(backend.trace_meta()[0].get("gpu_model") or ""),
-        )
-        agent = Agent(
-            list(backend.collectors()), sink, clock=AcceleratedClock(start_ts, self.speed)
-        )
-        run = AgentRun(scenario, threading.Thread(), agent)
-
-        def play() -> None:
-            try:
-                agent.run(until=backend.end_ts)
-            except BaseException as exc:  # a demo agent failing must say so, not vanish
-                run.error = exc
-                log.exception("demo agent %s failed", scenario)
-            finally:
-                agent.close()
-
-        run.thread = threading.Thread(target=play, name=f"demo-agent-{scenario}", daemon=True)
-        return run
-
-    # --- the in-process evaluator ------------------------------------------------------------
-
-    def _evaluate_loop(self) -> None:
-        from django.db import close_old_connections
-
-        from investigations import selectors, services
-
-        last_fleet = 0.0
-        while not self.stopping.wait(self.evaluate_every):
-            try:
-                for operator_id, job_pk in selectors.jobs_due_for_evaluation(services.ACTIVE_S):
-                    if self.stopping.is_set():
-                        break
-                    services.evaluate_job(operator_id, job_pk)
-                    self.evaluations += 1
-                if time.monotonic() - last_fleet >= 600:
-                    last_fleet = time.monotonic()
-                    for operator_id, gpu in selectors.gpus_due_for_fleet_health():
-                        services.evaluate_fleet_health(operator_id, gpu)
-            except Exception:
-                log.exception("demo evaluation failed; retrying at the next tick")
-            finally:
-                close_old_connections()
-        # One last pass so the data that arrived last is judged too.
-        try:
-            for operator_id, job_pk in selectors.jobs_due_for_evaluation(services.ACTIVE_S):
-                services.evaluate_job(operator_id, job_pk)
-        except Exception:
-            log.exception("final demo evaluation failed")
+        return [str(node) for node in run.meta.get("nodes") or []]
 
     # --- summary -----------------------------------------------------------------------------
 
     def summary(self) -> str:
         from ingest.models import Job
+        from investigations import selectors
         from investigations.models import Incident
+        from investigations.tasks import evaluate_job
+        from tenants.access import Principal
         from tenants.context import tenant_context
+        from tenants.models import Role
 
         with tenant_context(self.operator_id):
             incidents = list(
@@ -358,12 +316,9 @@ class LiveDemo:
                 .order_by("id")
                 .values_list("pk", "job_id", "kind")
             )
-        from investigations import selectors
-        from tenants.access import Principal
-        from tenants.models import Role
-
         admin = Principal(self.operator_id, None, Role.OPERATOR_ADMIN, True)
-        lines = [f"proof demo: {self.evaluations} evaluations; verdicts per job:"]
+        evaluations = self.runner.completed[evaluate_job.name] if self.runner is not None else 0
+        lines = [f"proof demo: {evaluations} evaluations; verdicts per job:"]
         for _pk, job_id, kind in jobs:
             found = [f"{f} ({c}, {s})" for j, f, c, s in incidents if j == job_id]
             lines.append(f"  {job_id:<36} {kind or '?':<10} {', '.join(found) or 'no verdict'}")
@@ -388,5 +343,5 @@ class LiveDemo:
             )
         for run in self.runs:
             if run.error is not None:
-                lines.append(f"  agent {run.scenario} failed: {run.error!r}")
+                lines.append(f"  agent {run.scenario} on {run.node} failed: {run.error}")
         return "\n".join(lines)
