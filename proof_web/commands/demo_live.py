@@ -19,6 +19,10 @@
   timestamps are never in the future. Each agent's output goes to
   `PROOF_DATA_DIR/demo-agents/<scenario>-<node>.log`.
 - **Printing**: a subscriber of the notification hook prints each verdict as it appears.
+
+The methods import Django's modules (models, ingest, the runner) where they use them:
+`proof demo` imports this module for `DEMO_SCENARIOS` to build its arguments, before
+`django.setup()`.
 """
 
 from __future__ import annotations
