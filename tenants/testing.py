@@ -3,8 +3,10 @@ through the real services, and API clients authenticated as those users or as to
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
+import pytest
 from django.contrib.auth.models import User
 
 from tenants import services
@@ -78,3 +80,17 @@ def make_tenant(slug: str, customer_slug: str | None = None) -> Tenant:
         customer_admin=users[Role.CUSTOMER_ADMIN],
         customer_viewer=users[Role.CUSTOMER_VIEWER],
     )
+
+
+def tenant_fixtures(slug_a: str, slug_b: str) -> tuple[Callable[[], Tenant], Callable[[], Tenant]]:
+    """The fixtures `a` and `b`, two operators that must never see each other's rows: in a
+    test module, `a, b = tenant_fixtures("opa", "opb")`."""
+
+    def fixture(name: str, slug: str) -> Callable[[], Tenant]:
+        @pytest.fixture(name=name)
+        def tenant() -> Tenant:
+            return make_tenant(slug)
+
+        return tenant
+
+    return fixture("a", slug_a), fixture("b", slug_b)

@@ -7,19 +7,12 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 
 from tenants import services
-from tenants.testing import TEST_PASSWORD, Tenant, make_tenant
+from tenants.testing import TEST_PASSWORD, Tenant, tenant_fixtures
 
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture
-def a() -> Tenant:
-    return make_tenant("alpha")
-
-
-@pytest.fixture
-def b() -> Tenant:
-    return make_tenant("bravo")
+a, b = tenant_fixtures("alpha", "bravo")
 
 
 def test_login_page_is_proofs_own(client: Client) -> None:

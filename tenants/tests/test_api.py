@@ -13,19 +13,12 @@ from rest_framework.test import APIClient
 from tenants import services
 from tenants.context import system_context
 from tenants.models import ApiToken
-from tenants.testing import Tenant, make_tenant
+from tenants.testing import Tenant, tenant_fixtures
 
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture
-def a() -> Tenant:
-    return make_tenant("opa")
-
-
-@pytest.fixture
-def b() -> Tenant:
-    return make_tenant("opb")
+a, b = tenant_fixtures("opa", "opb")
 
 
 def session(user: User) -> APIClient:
