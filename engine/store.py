@@ -29,7 +29,7 @@ import numpy as np
 from contract import signals
 from contract.rows import EventRow, JobMeta, LogRow, ProcessInfo, SeriesData, SeriesInfo
 from contract.trace import Problem, open_trace_bytes
-from contract.trace.records import TYPE_META, check_meta, check_record, clean_record
+from contract.trace.records import TYPE_META, check_record, clean_record, read_meta_line
 
 try:
     from orjson import loads as _loads
@@ -511,12 +511,11 @@ def _fast_records(
             if obj is None:
                 continue
             if lineno == 1:
-                why = check_meta(obj)
-                if why is None:
-                    store.meta = obj
-                    continue
-                problem(Problem(1, why))
-                if type(obj) is dict and obj.get("type") == TYPE_META:
+                meta, why, as_record = read_meta_line(obj)
+                store.meta = meta or {}
+                if why is not None:
+                    problem(Problem(1, why))
+                if not as_record:
                     continue
             if type(obj) is dict and obj.get("type") == "sample":
                 ts: Any = obj.get("ts")

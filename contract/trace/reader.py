@@ -35,6 +35,7 @@ from contract.trace.records import (
     check_record,
     clean_record,
     from_dict,
+    read_meta_line,
 )
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -140,14 +141,11 @@ class TraceReader:
                         self._problem(lineno, f"invalid JSON: {exc}"[:300])
                         continue
                     if lineno == 1:
-                        problem = check_meta(obj)
-                        if problem is None:
-                            self.meta = obj
+                        self.meta, problem, as_record = read_meta_line(obj)
+                        if problem is not None:
+                            self._problem(1, problem)
+                        if not as_record:
                             continue
-                        self._problem(1, problem)
-                        if type(obj) is dict and obj.get("type") == TYPE_META:
-                            continue
-                        # Not a meta line at all: still read it as a record below.
                     problem = check_record(obj)
                     if problem is None and obj.get("type") == TYPE_META:
                         problem = "meta record after the first line"

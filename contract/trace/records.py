@@ -169,6 +169,16 @@ def check_meta(obj: Any) -> str | None:
     return None
 
 
+def read_meta_line(obj: Any) -> tuple[dict[str, Any] | None, str | None, bool]:
+    """What the decoded first line of a trace is, as (meta, problem, a record too): a valid
+    meta line is (it, None, False); a meta line that is not valid (None, why, False); any other
+    line (None, why, True) — it is still read as a record, the meta missing."""
+    problem = check_meta(obj)
+    if problem is None:
+        return obj, None, False
+    return None, problem, not (type(obj) is dict and obj.get("type") == TYPE_META)
+
+
 # --- Typed records ------------------------------------------------------------------------------
 
 

@@ -231,13 +231,9 @@ def test_input_starvation_idles_gpus_and_saturates_workers() -> None:
     assert eng < 0.6
 
 
-_FAULT_COUNTERS = (
-    signals.DCGM_FI_DEV_ECC_SBE_VOL_TOTAL,
-    signals.DCGM_FI_DEV_ECC_DBE_VOL_TOTAL,
-    signals.DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS,
-    signals.DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS,
-    signals.DCGM_FI_DEV_ROW_REMAP_FAILURE,
-    signals.DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL,
+# The GPU error counters but PCIe replays, which a healthy link also counts now and then.
+_FAULT_COUNTERS = tuple(
+    n for n in signals.GPU_ERROR_COUNTERS if n != signals.DCGM_FI_DEV_PCIE_REPLAY_COUNTER
 )
 
 
