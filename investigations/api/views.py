@@ -98,9 +98,7 @@ class GpuListPriceViewSet(TenantScopedViewSet):
         return [IsOperatorAdminPrincipal()]
 
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        data = self.validated(GpuListPriceWriteSerializer)
-        price = services.set_list_price(self.principal, **data)
-        return Response(GpuListPriceSerializer(price).data, status=status.HTTP_201_CREATED)
+        return self.create_with(services.set_list_price, GpuListPriceWriteSerializer)
 
     def update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         current = self.get_object()

@@ -42,7 +42,10 @@ class ApiTokenSerializer(serializers.ModelSerializer[ApiToken]):
 class ApiTokenCreateSerializer(serializers.Serializer[dict[str, Any]]):
     name = serializers.CharField(max_length=200)
     scope = serializers.ChoiceField(choices=TokenScope.choices, default=TokenScope.READ)
-    customer = serializers.IntegerField(required=False, allow_null=True, default=None)
+    # `source`: the services take the customer as `customer_id`.
+    customer = serializers.IntegerField(
+        required=False, allow_null=True, default=None, source="customer_id"
+    )
     expires_at = serializers.DateTimeField(required=False, allow_null=True, default=None)
 
 
@@ -67,5 +70,5 @@ class JobMappingRuleSerializer(serializers.ModelSerializer[JobMappingRule]):
 class JobMappingRuleWriteSerializer(serializers.Serializer[dict[str, Any]]):
     match_field = serializers.ChoiceField(choices=MatchField.choices)
     value = serializers.CharField(max_length=255)
-    customer = serializers.IntegerField()
+    customer = serializers.IntegerField(source="customer_id")
     priority = serializers.IntegerField(default=100)

@@ -45,9 +45,7 @@ class CustomerViewSet(TenantScopedViewSet):
         return [HasPrincipal()]
 
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        data = self.validated(CustomerCreateSerializer)
-        customer = services.do_create_customer(self.principal, **data)
-        return Response(CustomerSerializer(customer).data, status=status.HTTP_201_CREATED)
+        return self.create_with(services.do_create_customer, CustomerCreateSerializer)
 
 
 class _TokenViewSet(TenantScopedViewSet):
@@ -64,8 +62,7 @@ class _TokenViewSet(TenantScopedViewSet):
 
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         token, plaintext = self.issue(self.validated(self.create_shape))
-        body = {**self.get_serializer_class()(token).data, "token": plaintext}
-        return Response(body, status=status.HTTP_201_CREATED)
+        return self.created(token, token=plaintext)
 
     @action(detail=True, methods=["post"])
     def revoke(self, request: Request, pk: str | None = None) -> Response:
@@ -83,13 +80,7 @@ class ApiTokenViewSet(_TokenViewSet):
     permission_classes = [HasPrincipal]
 
     def issue(self, data: dict[str, Any]) -> tuple[HashedToken, str]:
-        return services.do_create_api_token(
-            self.principal,
-            name=data["name"],
-            scope=data["scope"],
-            customer_id=data["customer"],
-            expires_at=data["expires_at"],
-        )
+        return services.do_create_api_token(self.principal, **data)
 
     def revoke_token(self, pk: int) -> HashedToken:
         return services.do_revoke_api_token(self.principal, pk)
@@ -120,22 +111,12 @@ class JobMappingRuleViewSet(TenantScopedViewSet):
     permission_classes = [IsOperatorAdminPrincipal]
 
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        data = self.validated(JobMappingRuleWriteSerializer)
-        rule = services.do_create_mapping_rule(
-            self.principal,
-            match_field=data["match_field"],
-            value=data["value"],
-            customer_id=data["customer"],
-            priority=data["priority"],
-        )
-        return Response(JobMappingRuleSerializer(rule).data, status=status.HTTP_201_CREATED)
+        return self.create_with(services.do_create_mapping_rule, JobMappingRuleWriteSerializer)
 
     def update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         partial = bool(kwargs.get("partial", False))
         rule = self.get_object()
-        changes = dict(self.validated(JobMappingRuleWriteSerializer, partial=partial))
-        if "customer" in changes:
-            changes["customer_id"] = changes.pop("customer")
+        changes = self.validated(JobMappingRuleWriteSerializer, partial=partial)
         rule = services.do_update_mapping_rule(self.principal, int(rule.pk), **changes)
         return Response(JobMappingRuleSerializer(rule).data)
 
