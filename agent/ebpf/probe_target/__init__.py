@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-SOURCES = ("fake_cuda.c", "fake_nccl.c", "driver.c")
+SOURCES = ("fake_common.h", "fake_cuda.c", "fake_nccl.c", "driver.c")
 
 
 class BuildError(RuntimeError):

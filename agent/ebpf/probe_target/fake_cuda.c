@@ -2,8 +2,7 @@
 // signatures, doing nothing but counting and (for the blocking calls) sleeping for
 // `fake_delay_us`. Built into a temporary directory by agent/ebpf/probe_target/__init__.py for
 // the eBPF tests and `proof-agent bench --ebpf`; never shipped as a library.
-#include <stddef.h>
-#include <time.h>
+#include "fake_common.h"
 
 typedef int CUresult;
 typedef void *CUfunction;
@@ -12,17 +11,6 @@ typedef void *CUevent;
 typedef void *CUcontext;
 typedef unsigned long long CUdeviceptr;
 typedef struct CUlaunchConfig_st CUlaunchConfig;
-
-volatile unsigned long long fake_calls;
-unsigned int fake_delay_us;
-
-static void delay(void) {
-    if (fake_delay_us == 0)
-        return;
-    struct timespec ts = {fake_delay_us / 1000000, (long)(fake_delay_us % 1000000) * 1000};
-    while (nanosleep(&ts, &ts) != 0) {
-    }
-}
 
 CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
                         unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,

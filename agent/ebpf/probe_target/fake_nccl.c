@@ -1,24 +1,12 @@
 // A stand-in for libnccl.so.2: the collective entry points agent/ebpf probes, with the real
 // signatures (nccl.h), counting and sleeping for `fake_delay_us`. See fake_cuda.c.
-#include <stddef.h>
-#include <time.h>
+#include "fake_common.h"
 
 typedef int ncclResult_t;
 typedef int ncclDataType_t;
 typedef int ncclRedOp_t;
 typedef void *ncclComm_t;
 typedef void *cudaStream_t;
-
-volatile unsigned long long fake_calls;
-unsigned int fake_delay_us;
-
-static void delay(void) {
-    if (fake_delay_us == 0)
-        return;
-    struct timespec ts = {fake_delay_us / 1000000, (long)(fake_delay_us % 1000000) * 1000};
-    while (nanosleep(&ts, &ts) != 0) {
-    }
-}
 
 ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count,
                            ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
