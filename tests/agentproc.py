@@ -8,6 +8,7 @@ batches and `state.json`), the dead letter (`<seq>.json` + `.batch` + `.jsonl`) 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -16,7 +17,7 @@ import struct
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,8 +56,20 @@ def run_agent(
     args: Sequence[str], *, env: Mapping[str, str] | None = None, timeout: float = 120
 ) -> subprocess.CompletedProcess[str]:
     """`proof-agent ARGS…` to completion; stdout/stderr captured as text."""
+    return run_python(args, env=env, timeout=timeout, command=agent_command())
+
+
+def run_python(
+    args: Sequence[str],
+    *,
+    env: Mapping[str, str] | None = None,
+    timeout: float = 120,
+    command: Sequence[str] = (sys.executable,),
+) -> subprocess.CompletedProcess[str]:
+    """`python ARGS…` (this interpreter) to completion in the agent's environment (no Django
+    settings), from the repository root; stdout/stderr captured as text."""
     return subprocess.run(
-        [*agent_command(), *args],
+        [*command, *args],
         cwd=REPO,
         env=agent_env(env),
         capture_output=True,
@@ -99,6 +112,27 @@ class AgentProcess:
             self._out.close()
             self._err.close()
 
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """The agent stopped (SIGSTOP, every thread) while the body runs: what the body writes
+        to a file the agent follows is all there at its next read, one interval's output."""
+        self.proc.send_signal(signal.SIGSTOP)
+        try:
+            wait_for(self._stopped, timeout=10, what="the agent stopped")
+            yield
+        finally:
+            self.proc.send_signal(signal.SIGCONT)
+
+    def _stopped(self) -> bool:
+        for stat in Path(f"/proc/{self.proc.pid}/task").glob("*/stat"):
+            try:
+                state = stat.read_text().rsplit(")", 1)[1].split()[0]
+            except (FileNotFoundError, ProcessLookupError):  # a thread that just ended
+                continue
+            if state not in ("T", "t"):
+                return False
+        return True
+
     def kill(self) -> None:
         if self.alive():
             self.proc.kill()
@@ -111,6 +145,33 @@ class AgentProcess:
     @property
     def stderr(self) -> str:
         return self.err_path.read_text()
+
+
+def node_config(tmp: Path, address: str, token: str, **over: dict[str, Any]) -> Path:
+    """tmp/agent.toml for the node backend on this machine, with the sources that need
+    hardware off, following tmp/logs/*.log, spooling in tmp/spool; its [server] is `address`
+    (plaintext, the token in tmp/token). `over`: {section: {key: value}} on top."""
+    (tmp / "token").write_text(token + "\n")
+    (tmp / "kmsg").write_text("")
+    (tmp / "sys").mkdir(exist_ok=True)
+    (tmp / "logs").mkdir(exist_ok=True)
+    sections: dict[str, dict[str, Any]] = {
+        "agent": {"node": "durable-node", "interval_s": 0.2},
+        "server": {"address": address, "tls": False, "token_file": str(tmp / "token")},
+        "spool": {"dir": str(tmp / "spool")},
+        "paths": {"sys_root": str(tmp / "sys"), "kmsg": str(tmp / "kmsg")},
+        "nvml": {"enabled": False},
+        "dcgm": {"mode": "off"},
+        "ebpf": {"enabled": False},
+        "inference": {"discover": False},
+        "slurm": {"enabled": False},
+        "logs": {"globs": [str(tmp / "logs" / "*.log")], "slurm_output": False},
+    }
+    for name, body in over.items():
+        sections.setdefault(name, {}).update(body)
+    path = tmp / "agent.toml"
+    path.write_text(toml(sections))
+    return path
 
 
 def toml(sections: Mapping[str, Mapping[str, Any]]) -> str:
@@ -136,21 +197,22 @@ def toml(sections: Mapping[str, Mapping[str, Any]]) -> str:
 class SpoolState:
     """The agent's spool as it is on disk (`<spool dir>/batches`)."""
 
+    pending: list[int] = field(default_factory=list)  # sequences on disk, not acked
+    next_seq: int = 1
+    # state.json's counters
     acked_through: int = 0
     dropped_through: int = 0
     dropped_batches: int = 0
     dropped_bytes: int = 0
-    next_seq: int = 1
-    pending: list[int] = field(default_factory=list)  # sequences on disk, not acked
-
-    @property
-    def pending_batches(self) -> int:
-        return len(self.pending)
 
     @property
     def batches(self) -> int:
         """Batches the agent ever spooled (sequence numbers never repeat)."""
         return self.next_seq - 1
+
+    @property
+    def pending_batches(self) -> int:
+        return len(self.pending)
 
 
 def read_spool(spool_dir: Path) -> SpoolState:

@@ -5,41 +5,20 @@ and the real ingest server on loopback, into storage."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from django.db import connection
 
 from contract.trace import validate_trace
-from ingest import services
-from ingest.server import IngestServer
-from ingest.storage import BLOCK_TABLE
 from tenants import services as tenant_services
-from tenants.context import tenant_context
 from tenants.testing import make_tenant
 from tests.agentproc import dead_letter, read_spool, run_agent
+from tests.helpers import Ingest, stored_samples
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-@pytest.fixture
-def server() -> Iterator[IngestServer]:
-    services.clear_caches()
-    srv = IngestServer("127.0.0.1", 0, writers=2, queue_depth=8)
-    srv.start()
-    yield srv
-    srv.stop(grace=1)
-
-
-def stored_samples(operator_id: int) -> int:
-    where = "" if connection.vendor == "postgresql" else f" WHERE operator_id = {operator_id:d}"
-    with tenant_context(operator_id), connection.cursor() as cursor:
-        cursor.execute(f"SELECT coalesce(sum(sample_count), 0) FROM {BLOCK_TABLE}{where}")
-        return int(cursor.fetchone()[0])
-
-
-def test_run_streams_a_simulated_node_into_ingest(server: IngestServer, tmp_path: Path) -> None:
+def test_run_streams_a_simulated_node_into_ingest(ingest: Ingest, tmp_path: Path) -> None:
     tenant = make_tenant("agent-run-e2e")
     token = tenant_services.do_create_agent_token(tenant.operator.pk, name="agent")[1]
     trace = tmp_path / "sent.jsonl"
@@ -47,7 +26,7 @@ def test_run_streams_a_simulated_node_into_ingest(server: IngestServer, tmp_path
     argv = ["run", "--backend", "sim", "--scenario", "healthy_training", "--seed", "2"]
     argv += ["--nodes", "1", "--gpus-per-node", "2", "--duration", "20", "--speed", "max"]
     # No --start-ts: at --speed max the run is placed to end now, inside ingest's time window.
-    argv += ["--server", f"127.0.0.1:{server.port}", "--token", token]
+    argv += ["--server", ingest.address, "--token", token]
     argv += ["--spool-dir", str(spool_dir), "--out", str(trace)]
     done = run_agent(argv)
     assert done.returncode == 0, done.stderr
@@ -66,21 +45,21 @@ def test_run_streams_a_simulated_node_into_ingest(server: IngestServer, tmp_path
     assert dead_letter(spool_dir) == []
 
 
-def test_run_refuses_a_bad_token_clearly(server: IngestServer) -> None:
+def test_run_refuses_a_bad_token_clearly(ingest: Ingest) -> None:
     argv = ["run", "--scenario", "healthy_training", "--duration", "5", "--speed", "max"]
-    argv += ["--server", f"127.0.0.1:{server.port}", "--token", "not-a-token"]
+    argv += ["--server", ingest.address, "--token", "not-a-token"]
     done = run_agent(argv)
     assert done.returncode == 2
     err = done.stderr
     assert "cannot start the transport to 127.0.0.1:" in err and "agent token" in err
 
 
-def test_run_says_when_ingest_rejects_what_it_sent(server: IngestServer) -> None:
+def test_run_says_when_ingest_rejects_what_it_sent(ingest: Ingest) -> None:
     tenant = make_tenant("agent-run-old")
     token = tenant_services.do_create_agent_token(tenant.operator.pk, name="agent")[1]
     argv = ["run", "--scenario", "healthy_training", "--nodes", "1", "--gpus-per-node", "1"]
     argv += ["--duration", "5", "--speed", "max", "--start-ts", "1600000000"]  # 2020: too old
-    argv += ["--server", f"127.0.0.1:{server.port}", "--token", token]
+    argv += ["--server", ingest.address, "--token", token]
     done = run_agent(argv)
     assert done.returncode == 1, done.stderr
     assert "proof-agent run: ingest rejected" in done.stderr

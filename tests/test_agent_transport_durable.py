@@ -14,76 +14,21 @@ import json
 import signal
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from django.db import connection
 
 from contract import signals
 from contract.trace import validate_trace
-from ingest import services
-from ingest.models import BatchReceipt, Event, Node
-from ingest.server import IngestServer
-from ingest.storage import BLOCK_TABLE
-from tenants import services as tenant_services
+from ingest.models import Event, Node
 from tenants.context import tenant_context
-from tenants.testing import make_tenant
-from tests.agentproc import AgentProcess, read_spool, run_agent, toml, wait_for
+from tests.agentproc import AgentProcess, node_config, read_spool, run_agent, wait_for
+from tests.helpers import Ingest, agent_token, receipts, stored
 
 REPO = Path(__file__).resolve().parent.parent
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
-
-
-class Ingest:
-    """The real ingest server, stoppable and restartable on the same port."""
-
-    def __init__(self) -> None:
-        services.clear_caches()
-        self.srv: IngestServer | None = IngestServer("127.0.0.1", 0, writers=2, queue_depth=8)
-        self.srv.start()
-        self.port = self.srv.port
-
-    @property
-    def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def stop(self) -> None:
-        if self.srv is not None:
-            self.srv.stop(grace=1)
-            self.srv = None
-
-    def start(self) -> None:
-        services.clear_caches()
-        self.srv = IngestServer("127.0.0.1", self.port, writers=2, queue_depth=8)
-        self.srv.start()
-        assert self.srv.port == self.port
-
-
-@pytest.fixture
-def ingest() -> Iterator[Ingest]:
-    srv = Ingest()
-    yield srv
-    srv.stop()
-
-
-def stored(operator_id: int) -> tuple[int, int]:
-    """(samples stored, batch receipts) for the operator."""
-    where = "" if connection.vendor == "postgresql" else f" WHERE operator_id = {operator_id:d}"
-    with tenant_context(operator_id), connection.cursor() as cursor:
-        cursor.execute(f"SELECT coalesce(sum(sample_count), 0) FROM {BLOCK_TABLE}{where}")
-        total = int(cursor.fetchone()[0])
-        receipts = BatchReceipt.objects.for_tenant(operator_id).count()  # type: ignore[attr-defined]
-    return total, receipts
-
-
-def agent_token(name: str) -> tuple[int, str]:
-    tenant = make_tenant(name)
-    return tenant.operator.pk, tenant_services.do_create_agent_token(
-        tenant.operator.pk, name="agent"
-    )[1]
 
 
 def sim_args(
@@ -95,38 +40,6 @@ def sim_args(
     argv += ["--nodes", "1", "--gpus-per-node", "1", "--duration", str(duration)]
     argv += ["--speed", speed, "--server", address, "--token", token]
     return [*argv, "--spool-dir", str(tmp / "spool"), "--out", str(tmp / f"{out}.jsonl")]
-
-
-def node_config(tmp: Path, address: str, token: str, **over: dict[str, Any]) -> Path:
-    """An agent config for the node backend on this machine, with the sources that need
-    hardware off; the config's [server] is the test's ingest (plaintext, token_file)."""
-    (tmp / "token").write_text(token + "\n")
-    (tmp / "kmsg").write_text("")
-    (tmp / "sys").mkdir(exist_ok=True)
-    (tmp / "logs").mkdir(exist_ok=True)
-    sections: dict[str, dict[str, Any]] = {
-        "agent": {"node": "durable-node", "interval_s": 0.2},
-        "server": {"address": address, "tls": False, "token_file": str(tmp / "token")},
-        "spool": {"dir": str(tmp / "spool")},
-        "paths": {"sys_root": str(tmp / "sys"), "kmsg": str(tmp / "kmsg")},
-        "nvml": {"enabled": False},
-        "dcgm": {"mode": "off"},
-        "ebpf": {"enabled": False},
-        "inference": {"discover": False},
-        "slurm": {"enabled": False},
-        "logs": {"globs": [str(tmp / "logs" / "*.log")], "slurm_output": False},
-    }
-    for name, body in over.items():
-        sections.setdefault(name, {}).update(body)
-    path = tmp / "agent.toml"
-    path.write_text(toml(sections))
-    return path
-
-
-def receipts(operator_id: int) -> list[tuple[str, int]]:
-    with tenant_context(operator_id):
-        rows = BatchReceipt.objects.for_tenant(operator_id)  # type: ignore[attr-defined]
-        return sorted(rows.values_list("agent_id", "sequence"))
 
 
 def test_outage_spools_reconnects_and_delivers_exactly_once(ingest: Ingest, tmp_path: Path) -> None:

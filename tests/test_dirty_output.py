@@ -1,16 +1,23 @@
-"""Job output as dirty as real jobs make it, through the real agent and the real ingest (gRPC
-on loopback, PostgreSQL): a NUL written to a tailed job log, a 26 KB `\\r`-collapsed progress
+"""Job output as dirty as real jobs make it, through the real agent — a `proof-agent run
+--config` process (the node backend, following a job log) — and the real ingest (gRPC on
+loopback, PostgreSQL): a NUL written to the tailed job log, a 26 KB `\\r`-collapsed progress
 line, a batch with one bad record from an agent that does not clean, and batches the server
 refuses (too big; data PostgreSQL itself refuses) — every good sample stored, the lines stored
-cleaned, every batch sent once (no resend loop), a refused batch kept in the dead letter with
-its reason while the agent goes on. See contract/limits.py, docs/ingest.md and docs/agent.md."""
+cleaned, every batch stored once (ingest's own counters: no duplicates, so no resend loop), a
+refused batch kept in the dead letter with its reason while the agent goes on. What only the
+agent sees (its sender's sends and backoff waits) is tested in agent/tests/test_transport.py.
+See contract/limits.py, docs/ingest.md and docs/agent.md."""
 
 from __future__ import annotations
 
-import json
+import inspect
+import itertools
+import logging
+import re
 import time
-from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,32 +25,38 @@ import numpy as np
 import psycopg
 import pytest
 from django.db import connection, connections
-from prometheus_client import REGISTRY
 
-from agent.collectors.logtail import LogTailCollector, TailSpec
-from agent.collectors.nvml import NvmlCollector
-from agent.collectors.nvml_sim import SimulatedNvml
-from agent.runtime.loop import Agent
-from agent.spool import Spool
-from agent.transport.sink import GrpcSink
 from contract import limits, signals
-from contract.trace import validate_trace
+from contract.trace import ValidationReport, validate_trace
 from contract.wire.client import BatchSender, open_channel
-from contract.wire.decode import batch_records
 from contract.wire.encode import BatchBuilder
-from ingest import services
-from ingest.models import Event, LogLine
+from ingest.models import BatchReceipt, Event, LogLine
 from ingest.processing import Limits
-from ingest.server import IngestServer
-from ingest.storage import BLOCK_TABLE
-from tenants import services as tenant_services
 from tenants.context import tenant_context
-from tenants.testing import make_tenant
+from tests.agentproc import (
+    AgentProcess,
+    SpoolState,
+    dead_letter,
+    node_config,
+    read_spool,
+    wait_for,
+)
+from tests.helpers import (
+    Ingest,
+    agent_token,
+    counter,
+    counts_since,
+    ingest_counts,
+    receipts,
+    stored_lines,
+    stored_samples,
+)
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 NODE = "dirty-node"
 JOB = "dirty-job"
+SMALL_LIMITS = Limits(max_batch_bytes=64 * 1024)
 
 
 @pytest.fixture(autouse=True)
@@ -52,144 +65,105 @@ def _needs_postgres() -> None:
         pytest.skip("the threaded ingest server needs PostgreSQL (see ingest/tests/conftest.py)")
 
 
-def start_ingest(limits_: Limits | None = None) -> IngestServer:
-    services.clear_caches()
-    srv = IngestServer("127.0.0.1", 0, writers=2, queue_depth=8, limits=limits_)
-    srv.start()
-    return srv
+@dataclass
+class Run:
+    """A `proof-agent run --config` process following tmp/logs/job.log and shipping to
+    ingest, with a trace (`--out`) of everything it collected."""
+
+    agent: AgentProcess
+    tmp: Path
+    before: dict[str, float]  # ingest's counters when it started
+
+    @property
+    def spool_dir(self) -> Path:
+        return self.tmp / "spool"
+
+    def write(self, data: bytes) -> None:
+        """Append to the job log while the agent is stopped: the agent reads all of it in one
+        interval (as a job that writes it at once), never a part."""
+        with self.agent.paused(), open(self.tmp / "logs" / "job.log", "ab") as fh:
+            fh.write(data)
+
+    def finish(self, status: int = 0) -> tuple[ValidationReport, SpoolState]:
+        """SIGTERM (the agent delivers what it spooled, then exits with `status`: 1 when
+        ingest refused a batch); what it collected and its spool."""
+        self.agent.stop()
+        assert self.agent.wait(timeout=60) == status, self.agent.stderr
+        report = validate_trace(self.tmp / "sent.jsonl")
+        assert report.ok, report
+        return report, read_spool(self.spool_dir)
+
+    @property
+    def agent_id(self) -> str:
+        return (self.spool_dir / "agent_id").read_text().strip()
 
 
-@pytest.fixture
-def ingest() -> Iterator[IngestServer]:
-    srv = start_ingest()
-    yield srv
-    srv.stop(grace=1)
+@contextmanager
+def agent_run(ingest: Ingest, token: str, tmp: Path) -> Iterator[Run]:
+    """The agent on this node (its host sources; no GPU: the samples are CPU, memory and
+    disks) at a 0.1 s interval, after its first interval (the job log followed from there)."""
+    config = node_config(tmp, ingest.address, token, agent={"node": NODE, "interval_s": 0.1})
+    (tmp / "logs" / "job.log").write_bytes(b"")
+    before = ingest_counts()
+    argv = ["run", "--config", str(config), "--out", str(tmp / "sent.jsonl")]
+    agent = AgentProcess(argv, tmp / "out")
+    try:
+        wait_for(lambda: read_spool(tmp / "spool").batches >= 1, what="the agent's first interval")
+        yield Run(agent, tmp, before)
+    finally:
+        agent.kill()
 
 
-def agent_token(name: str) -> tuple[int, str]:
-    tenant = make_tenant(name)
-    token = tenant_services.do_create_agent_token(tenant.operator.pk, name="agent")[1]
-    return tenant.operator.pk, token
-
-
-class CountingSink(GrpcSink):
-    """The real gRPC sink, counting what the agent hands it by record type."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.submitted: Counter[str] = Counter()
-
-    def submit(self, records: Sequence[Any]) -> None:
-        self.submitted.update(r["type"] for r in records)
-        super().submit(records)
-
-
-def make_sink(
-    port: int, token: str, spool_dir: Path, agent_id: str, max_batch_bytes: int | None = None
-) -> CountingSink:
-    """What agent.transport.sink.make_sink builds (batches cut to the server's limit, which
-    Register reports, unless `max_batch_bytes` says otherwise)."""
-    sender = BatchSender(open_channel(f"127.0.0.1:{port}"), token, retry_delay=0.2)
-    reply = sender.register(agent_id=agent_id, hostname=NODE, agent_version="test")
-    return CountingSink(
-        sender,
-        agent_id,
-        spool=Spool(spool_dir / "batches"),
-        max_batch_bytes=max_batch_bytes or reply.max_batch_bytes,
-    )
-
-
-def make_agent(sink: CountingSink, log_path: Path) -> Agent:
-    """The agent loop with the simulated NVML (2 GPUs) and the real log tail on `log_path`."""
-    collectors: list[Any] = [
-        NvmlCollector(SimulatedNvml.with_gpus(2), node=NODE),
-        LogTailCollector([TailSpec(str(log_path), job=JOB)], from_start=True),
-    ]
-    return Agent(collectors, sink, node=NODE)
-
-
-def stored_samples(operator_id: int) -> int:
-    with tenant_context(operator_id), connection.cursor() as cursor:
-        cursor.execute(f"SELECT coalesce(sum(sample_count), 0) FROM {BLOCK_TABLE}")
-        return int(cursor.fetchone()[0])
-
-
-def stored_lines(operator_id: int) -> list[str]:
-    with tenant_context(operator_id):
-        rows = LogLine.objects.for_tenant(operator_id).order_by("ts_us", "id")  # type: ignore[attr-defined]
-        return list(rows.values_list("line", flat=True))
-
-
-def run_ticks(agent: Agent, log_path: Path, writes: dict[int, bytes], ticks: int = 30) -> None:
-    """`ticks` agent intervals; before tick i, `writes[i]` is appended to the job log."""
-    for i in range(ticks):
-        if i in writes:
-            with open(log_path, "ab") as fh:
-                fh.write(writes[i])
-        agent.tick()
-
-
-def deliver(sink: CountingSink, timeout: float = 60.0) -> None:
-    """Flush the sink and wait until the spool holds nothing unacked."""
-    sink.flush()
-    deadline = time.monotonic() + timeout
-    while sink.spool.pending_batches or sink.sender.unacked():
-        assert time.monotonic() < deadline, "not every batch was acked"
-        time.sleep(0.05)
-
-
-def owner_ddl(sql: str) -> None:
-    """Run DDL as the schema owner on this test database (the app role may not alter tables)."""
-    params = connections["owner"].get_connection_params()
-    params["dbname"] = connection.settings_dict["NAME"]
-    with psycopg.connect(**params, autocommit=True) as conn:
-        conn.execute(sql)
-
-
-def metric(name: str, labels: dict[str, str] | None = None) -> float:
-    return REGISTRY.get_sample_value(name, labels or {}) or 0.0
+def assert_stored_once(run: Run, operator: int, sent: ValidationReport, spool: SpoolState) -> None:
+    """Every batch the agent spooled was acked and stored exactly once (ingest counted no
+    duplicate: nothing was resent), nothing refused, every sample it collected stored."""
+    assert spool.pending_batches == 0 and spool.dropped_batches == 0
+    assert spool.acked_through == spool.batches
+    assert receipts(operator) == [(run.agent_id, s) for s in range(1, spool.batches + 1)]
+    counts = counts_since(run.before)
+    assert counts == {
+        "stored": spool.batches,
+        "duplicate": 0,
+        "refused": 0,
+        "records_refused": 0,
+        "store_errors": 0,
+    }
+    assert dead_letter(run.spool_dir) == []
+    assert "reconnecting" not in run.agent.stderr
+    assert stored_samples(operator) == sent.counts["sample"] > 0
 
 
 def test_a_nul_in_a_tailed_job_log_is_stored_cleaned_and_sent_once(
-    ingest: IngestServer, tmp_path: Path
+    ingest: Ingest, tmp_path: Path
 ) -> None:
     operator, token = agent_token("dirty-nul")
-    log_path = tmp_path / "job.log"
-    log_path.write_bytes(b"step 1 loss 2.5\n")
-    sink = make_sink(ingest.port, token, tmp_path / "spool", "dirty-nul-agent")
-    agent = make_agent(sink, log_path)
-    writes = {
-        3: b"step 2 loss 2.4\n",
-        5: b"x\n\x00\x00 corrupted\n",  # printf 'x\n\x00\x00 corrupted\n' >> job.log
-        8: b"bad utf-8 \xff\xfe here\n",
-        12: b"step 3 loss 2.3\n",
-    }
-    run_ticks(agent, log_path, writes)
-    deliver(sink)
-    stats = sink.sender.stats
-    batches = sink.spool.next_seq - 1
-    assert batches == 30
-    # Every batch sent exactly once and acked: no resend loop, nothing refused.
-    assert stats.sends == batches and stats.resends == 0 and stats.max_attempts == 1
-    assert stats.acked == batches and stats.rejected == [] and stats.records_refused == 0
-    assert sink.spool.pending_batches == 0
-    assert stored_samples(operator) == sink.submitted["sample"] > 0
-    lines = stored_lines(operator)
-    assert "x" in lines and "\ufffd\ufffd corrupted" in lines
-    assert "bad utf-8 \ufffd\ufffd here" in lines
-    assert len(lines) == sink.submitted["log"] == 6
-    assert not any("\x00" in line for line in lines)
-    sink.close(timeout=5)
+    with agent_run(ingest, token, tmp_path) as run:
+        for data in (
+            b"step 1 loss 2.5\n",
+            b"step 2 loss 2.4\n",
+            b"x\n\x00\x00 corrupted\n",  # printf 'x\n\x00\x00 corrupted\n' >> job.log
+            b"bad utf-8 \xff\xfe here\n",
+            b"step 3 loss 2.3\n",
+        ):
+            run.write(data)
+            time.sleep(0.2)
+        sent, spool = run.finish()
+    assert_stored_once(run, operator, sent, spool)
+    assert stored_lines(operator) == [
+        "step 1 loss 2.5",
+        "step 2 loss 2.4",
+        "x",
+        "\ufffd\ufffd corrupted",
+        "bad utf-8 \ufffd\ufffd here",
+        "step 3 loss 2.3",
+    ]
+    assert sent.counts["log"] == 6
 
 
 def test_a_26_kb_progress_line_keeps_every_sample_and_is_stored_cleaned(
-    ingest: IngestServer, tmp_path: Path
+    ingest: Ingest, tmp_path: Path
 ) -> None:
     operator, token = agent_token("dirty-long")
-    log_path = tmp_path / "job.log"
-    log_path.write_bytes(b"")
-    sink = make_sink(ingest.port, token, tmp_path / "spool", "dirty-long-agent")
-    agent = make_agent(sink, log_path)
     # A tqdm bar redrawn with \r 700 times on one line (~28 KB), then the HF Trainer's dict.
     redraws = [
         f" {i * 100 // 600:3d}%|{'#' * (i // 60):10s}| {i}/600 [00:{i // 10:02d}<00:10]"
@@ -198,24 +172,23 @@ def test_a_26_kb_progress_line_keeps_every_sample_and_is_stored_cleaned(
     bar = ("\r".join(redraws) + "{'loss': '4.046', 'grad_norm': '0.92'}\n").encode()
     assert len(bar) > 26_000
     plain = b"A" * 26_498 + b"\n"  # one long line, no \r: truncated with a marker
-    run_ticks(agent, log_path, {4: bar, 9: plain, 15: b"after\n"})
-    deliver(sink)
-    stats = sink.sender.stats
-    batches = sink.spool.next_seq - 1
-    assert batches == 30 and stats.sends == batches and stats.resends == 0
-    assert stats.rejected == [] and stats.records_refused == 0
-    assert stored_samples(operator) == sink.submitted["sample"] > 0
+    with agent_run(ingest, token, tmp_path) as run:
+        for data in (bar, plain, b"after\n"):
+            run.write(data)
+            time.sleep(0.3)
+        sent, spool = run.finish()
+    assert_stored_once(run, operator, sent, spool)
     lines = stored_lines(operator)
+    assert len(lines) == sent.counts["log"] == 3
     assert lines[0] == redraws[-1] + "{'loss': '4.046', 'grad_norm': '0.92'}"
     assert len(lines[1]) == limits.MAX_LOG_LINE_CHARS
     assert lines[1].startswith("AAAA") and lines[1].endswith(" chars]")
     assert f"…[truncated {26_498 - lines[1].index('…')} chars]" in lines[1]
     assert lines[2] == "after"
-    sink.close(timeout=5)
 
 
 def test_one_bad_record_from_an_agent_that_does_not_clean_is_refused_alone(
-    ingest: IngestServer,
+    ingest: Ingest,
 ) -> None:
     operator, token = agent_token("dirty-raw")
     now = time.time()
@@ -250,8 +223,9 @@ def test_one_bad_record_from_an_agent_that_does_not_clean_is_refused_alone(
             {"type": "job", "ts": now, "job": JOB, "config": {"lr": "3e-3\x00"}},
         ]
     )
-    before = metric("proof_ingest_record_rejects_total", {"kind": "series", "reason": "too_long"})
-    sender = BatchSender(open_channel(f"127.0.0.1:{ingest.port}"), token)
+    too_long = {"kind": "series", "reason": "too_long"}
+    before = counter("proof_ingest_record_rejects_total", too_long)
+    sender = BatchSender(open_channel(ingest.address), token)
     acks: list[Any] = []
     sender.on_ack = acks.append
     sender.send(builder.build(1))
@@ -268,8 +242,7 @@ def test_one_bad_record_from_an_agent_that_does_not_clean_is_refused_alone(
     assert sender.stats.records_refused == 4
     assert stored_samples(operator) == 20
     assert stored_lines(operator) == ["fine"]
-    after = metric("proof_ingest_record_rejects_total", {"kind": "series", "reason": "too_long"})
-    assert after == before + 1
+    assert counter("proof_ingest_record_rejects_total", too_long) == before + 1
 
 
 def job_output(n_lines: int) -> bytes:
@@ -277,159 +250,187 @@ def job_output(n_lines: int) -> bytes:
 
 
 def test_a_tick_of_more_output_than_a_batch_may_hold_is_split_not_refused(
-    tmp_path: Path,
+    ingest: Ingest, tmp_path: Path
 ) -> None:
-    srv = start_ingest(Limits(max_batch_bytes=64 * 1024))
-    try:
-        operator, token = agent_token("dirty-split")
-        log_path = tmp_path / "job.log"
-        log_path.write_bytes(b"")
-        sink = make_sink(srv.port, token, tmp_path / "spool", "dirty-split-agent")
-        assert sink.max_batch_bytes == 64 * 1024  # from Register
-        agent = make_agent(sink, log_path)
-        run_ticks(agent, log_path, {3: job_output(1100)}, ticks=8)  # 120 KB in one interval
-        deliver(sink)
-        stats = sink.sender.stats
-        assert stats.rejected == [] and sink.spool.next_seq - 1 > 8
-        assert stats.sends == sink.spool.next_seq - 1
-        assert len(stored_lines(operator)) == 1100
-        assert stored_samples(operator) == sink.submitted["sample"]
-        sink.close(timeout=5)
-    finally:
-        srv.stop(grace=1)
+    """120 KB of job output in one interval, to a server that takes batches of 64 KiB (the
+    agent learns it in Register): cut into batches under the limit, every line stored."""
+    ingest.stop()
+    ingest.start(SMALL_LIMITS)
+    operator, token = agent_token("dirty-split")
+    with agent_run(ingest, token, tmp_path) as run:
+        run.write(job_output(1100))
+        wait_for(lambda: len(stored_lines(operator)) == 1100, what="every line stored")
+        sent, spool = run.finish()
+    assert_stored_once(run, operator, sent, spool)
+    intervals = re.search(r"agent stopped after (\d+) intervals", run.agent.stdout)
+    assert intervals is not None, run.agent.stdout
+    # One interval's lines (one time stamp) in 4 batches or more: more batches than intervals.
+    with tenant_context(operator):
+        stamps = LogLine.objects.for_tenant(operator).values_list("ts_us", flat=True)  # type: ignore[attr-defined]
+        assert len(set(stamps)) == 1
+    assert len(job_output(1100)) > 120_000
+    assert spool.batches >= int(intervals[1]) + 3
 
 
 def test_a_refused_batch_goes_to_the_dead_letter_and_the_agent_goes_on(
-    tmp_path: Path,
+    ingest: Ingest, tmp_path: Path
 ) -> None:
-    srv = start_ingest(Limits(max_batch_bytes=64 * 1024))
-    try:
-        operator, token = agent_token("dirty-dead")
-        log_path = tmp_path / "job.log"
-        log_path.write_bytes(b"")
-        spool_dir = tmp_path / "spool"
-        # An agent that believes batches of 1 MiB are fine (the server's limit was lowered
-        # since): ingest refuses the 100 KB batch (INVALID_ARGUMENT, over 64 KiB), and gRPC
-        # itself the 200 KB one (RESOURCE_EXHAUSTED, over its 128 KiB message limit).
-        sink = make_sink(srv.port, token, spool_dir, "dirty-dead-agent", 1 << 20)
-        agent = make_agent(sink, log_path)
-        run_ticks(agent, log_path, {6: job_output(900), 12: job_output(1800), 15: b"later\n"})
-        deliver(sink)
-        stats = sink.sender.stats
-        assert [seq for seq, _ in stats.rejected] == [7, 13]
-        assert "over the limit of 65536" in stats.rejected[0][1]
-        assert "message size limit" in stats.rejected[1][1]
-        assert sink.spool.pending_batches == 0  # the spool moved past them
-        # No loop: a refused batch is sent once; each refusal ends the stream, so the batches
-        # in flight behind it are sent once more (ingest answers DUPLICATE where it had them).
-        refusals = len(stats.rejected)
-        assert stats.max_attempts <= 1 + refusals
-        assert stats.sends <= 30 + refusals * sink.sender.window
-        # Kept in the dead letter with the reason, as bytes and as a readable trace.
-        dead = spool_dir / "dead-letter"
-        entry = json.loads((dead / f"{7:020d}.json").read_text())
-        assert entry["sequence"] == 7 and "over the limit of 65536" in entry["reason"]
-        assert (dead / entry["batch_file"]).stat().st_size > 64 * 1024
-        report = validate_trace(dead / entry["trace_file"])
-        assert report.ok and report.counts["log"] == 900 and report.counts["sample"] > 0
-        assert sink.dead_letter.stats()["batches"] == 2
-        # Everything else was stored, "later" included.
-        lines = stored_lines(operator)
-        assert lines == ["later"]
-        refused_samples = 0
-        for seq in (7, 13):
-            data = sink.dead_letter.read(seq)
-            assert data is not None
-            refused_samples += sum(r["type"] == "sample" for r in batch_records(data))
-        assert stored_samples(operator) == sink.submitted["sample"] - refused_samples
-        # Reported to ingest too, in the next batch (the next interval's flush sends it).
-        deliver(sink)
+    """An agent that started while ingest was down never heard its limit (64 KiB) and cuts
+    batches as ingest's default allows (32 MiB): ingest refuses the 100 KB batch
+    (INVALID_ARGUMENT, over 64 KiB), and gRPC itself the 200 KB one (RESOURCE_EXHAUSTED, over
+    its 128 KiB message limit). Each is sent once, kept in the dead letter with its reason and
+    reported to ingest as an event; the batches after them are stored."""
+    operator, token = agent_token("dirty-dead")
+    ingest.stop()
+    with agent_run(ingest, token, tmp_path) as run:
+        ingest.start(SMALL_LIMITS)
         with tenant_context(operator):
-            refused = sorted(
-                Event.objects.for_tenant(operator)  # type: ignore[attr-defined]
-                .filter(name=signals.EVENT_BATCH_REFUSED)
-                .values_list("value", "text")
+            refused = Event.objects.for_tenant(operator).filter(  # type: ignore[attr-defined]
+                name=signals.EVENT_BATCH_REFUSED
             )
-        assert [v for v, _ in refused] == [7.0, 13.0] and "over the limit" in refused[0][1]
-        sink.close(timeout=5)
-    finally:
-        srv.stop(grace=1)
+            # Each refusal is reported in the agent's next batch: the next output waits for
+            # it (a report riding in a batch that is refused too is lost with that batch).
+            run.write(job_output(900))
+            wait_for(lambda: refused.count() == 1, what="the first refusal reported")
+            run.write(job_output(1800))
+            wait_for(lambda: refused.count() == 2, what="the second refusal reported")
+        run.write(b"later\n")
+        wait_for(lambda: stored_lines(operator) == ["later"], what="the agent went on")
+        sent, spool = run.finish(status=1)
+    assert "proof-agent run: ingest rejected 2 batch(es)" in run.agent.stderr
+    first, second = dead_letter(run.spool_dir)
+    assert "over the limit of 65536" in first["reason"]
+    assert "message size limit" in second["reason"]
+    dead = run.spool_dir / "dead-letter"
+    assert (dead / first["batch_file"]).stat().st_size > 64 * 1024
+    kept = [validate_trace(dead / entry["trace_file"]) for entry in (first, second)]
+    assert all(report.ok for report in kept)
+    assert [report.counts["log"] for report in kept] == [900, 1800]
+    assert all(report.counts["sample"] > 0 for report in kept)
+    refused_seqs = [first["sequence"], second["sequence"]]
+    # The spool moved past them; everything else was stored, "later" included, each once.
+    assert spool.pending_batches == 0 and spool.acked_through == spool.batches
+    assert receipts(operator) == [
+        (run.agent_id, s) for s in range(1, spool.batches + 1) if s not in refused_seqs
+    ]
+    assert stored_samples(operator) == sent.counts["sample"] - sum(
+        report.counts["sample"] for report in kept
+    )
+    # No loop: ingest saw the first refused batch once (the second never got past gRPC); each
+    # refusal ends the stream, so the batches in flight behind it are sent once more (ingest
+    # answers DUPLICATE where it had them).
+    counts = counts_since(run.before)
+    assert counts["refused"] == 1 and counts["store_errors"] == 0
+    assert counts["stored"] == spool.batches - 2
+    assert counts["duplicate"] <= 2 * inspect.signature(BatchSender).parameters["window"].default
+    with tenant_context(operator):
+        events = sorted(refused.values_list("value", "text"))
+    assert [v for v, _ in events] == [float(s) for s in refused_seqs]
+    assert "over the limit" in events[0][1]
+
+
+@contextmanager
+def owner_ddl(setup: list[str], teardown: list[str]) -> Iterator[None]:
+    """DDL as the schema owner on this test database (the app role may not alter tables)."""
+    params = connections["owner"].get_connection_params()
+    params["dbname"] = connection.settings_dict["NAME"]
+    with psycopg.connect(**params, autocommit=True) as conn:
+        try:
+            for sql in setup:
+                conn.execute(sql)
+            yield
+        finally:
+            for sql in teardown:
+                conn.execute(sql)
 
 
 def test_a_batch_postgresql_refuses_is_dead_lettered_not_resent_in_a_loop(
-    ingest: IngestServer, tmp_path: Path
+    ingest: Ingest, tmp_path: Path
 ) -> None:
     """A batch that decodes but that the database refuses (here: a CHECK constraint on the log
     table, standing in for any value PostgreSQL will not store): refused once with
     INVALID_ARGUMENT, kept in the dead letter; the batches around it are stored."""
     operator, token = agent_token("dirty-pg")
     table = LogLine._meta.db_table
-    owner_ddl(
-        f"ALTER TABLE {table} ADD CONSTRAINT proof_test_poison "
-        "CHECK (line <> 'poison pill') NOT VALID"
-    )
-    try:
-        log_path = tmp_path / "job.log"
-        log_path.write_bytes(b"")
-        sink = make_sink(ingest.port, token, tmp_path / "spool", "dirty-pg-agent")
-        agent = make_agent(sink, log_path)
-        errors_before = metric("proof_ingest_store_errors_total")
-        run_ticks(agent, log_path, {5: b"poison pill\n", 8: b"fine\n"}, ticks=15)
-        deliver(sink)
-        stats = sink.sender.stats
-        assert [seq for seq, _ in stats.rejected] == [6]
-        assert "the database refused its data" in stats.rejected[0][1]
-        # The poisoned batch was tried once; in all, sends = batches + the few batches of the
-        # window after it that the stream's end made the agent resend.
-        assert metric("proof_ingest_store_errors_total") - errors_before == 1
-        assert stats.sends <= 15 + sink.sender.window and stats.max_attempts <= 2
-        assert stored_lines(operator) == ["fine"]
-        assert (tmp_path / "spool" / "dead-letter" / f"{6:020d}.batch").exists()
-        sink.close(timeout=5)
-    finally:
-        owner_ddl(f"ALTER TABLE {table} DROP CONSTRAINT IF EXISTS proof_test_poison")
+    check = "CHECK (line <> 'poison pill') NOT VALID"
+    with (
+        owner_ddl(
+            [f"ALTER TABLE {table} ADD CONSTRAINT proof_test_poison {check}"],
+            [f"ALTER TABLE {table} DROP CONSTRAINT IF EXISTS proof_test_poison"],
+        ),
+        agent_run(ingest, token, tmp_path) as run,
+    ):
+        run.write(b"poison pill\n")
+        wait_for(lambda: len(dead_letter(run.spool_dir)) == 1, what="the refusal")
+        run.write(b"fine\n")
+        wait_for(lambda: stored_lines(operator) == ["fine"], what="the agent went on")
+        sent, spool = run.finish(status=1)
+    (entry,) = dead_letter(run.spool_dir)
+    assert "the database refused its data" in entry["reason"]
+    kept = validate_trace(run.spool_dir / "dead-letter" / entry["trace_file"])
+    assert kept.ok and kept.counts["log"] == 1
+    assert spool.pending_batches == 0 and spool.acked_through == spool.batches
+    assert receipts(operator) == [
+        (run.agent_id, s) for s in range(1, spool.batches + 1) if s != entry["sequence"]
+    ]
+    assert stored_samples(operator) == sent.counts["sample"] - kept.counts["sample"]
+    # Tried once (one store error); the window after it was resent once when the stream ended.
+    counts = counts_since(run.before)
+    assert counts["store_errors"] == 1 and counts["refused"] == 1
+    assert counts["stored"] == spool.batches - 1
+    assert counts["duplicate"] <= inspect.signature(BatchSender).parameters["window"].default
 
 
 def test_a_batch_that_keeps_failing_to_store_is_resent_with_a_growing_backoff(
-    ingest: IngestServer, tmp_path: Path
+    ingest: Ingest, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A transient store failure of one batch (a serialization failure, the first 4 times),
-    while the batches after it are stored (and acked) by the other writer: the failures are
-    counted against that batch, so each reconnect waits longer — before, every out-of-order ack
-    reset the backoff and the batch was resent about every 0.3 s (39 sends in 30 s)."""
+    while the batches after it are stored by the other writer: each reconnect waits longer —
+    at least the lower half of the agent's base delay * 2^k before the k-th resend, as ingest
+    sees the failures come in. Before, out-of-order acks reset the backoff and the batch was
+    resent about every 0.3 s (39 sends in 30 s)."""
     operator, token = agent_token("dirty-flaky")
     table = LogLine._meta.db_table
-    owner_ddl("CREATE SEQUENCE IF NOT EXISTS proof_test_flaky_tries")
-    owner_ddl(
-        "CREATE OR REPLACE FUNCTION proof_test_flaky() RETURNS trigger "
-        "LANGUAGE plpgsql SECURITY DEFINER AS $$ BEGIN "
-        "IF NEW.line = 'flaky' AND nextval('proof_test_flaky_tries') <= 4 THEN "
-        "RAISE EXCEPTION 'test: could not serialize' USING ERRCODE = '40001'; END IF; "
-        "RETURN NEW; END $$"
-    )
-    owner_ddl(
-        f"CREATE TRIGGER proof_test_flaky BEFORE INSERT ON {table} "
-        "FOR EACH ROW EXECUTE FUNCTION proof_test_flaky()"
-    )
-    try:
-        log_path = tmp_path / "job.log"
-        log_path.write_bytes(b"")
-        sink = make_sink(ingest.port, token, tmp_path / "spool", "dirty-flaky-agent")
-        agent = make_agent(sink, log_path)
-        run_ticks(agent, log_path, {3: b"flaky\n"}, ticks=12)
-        deliver(sink, timeout=90)
-        stats = sink.sender.stats
-        assert stats.rejected == [] and stats.reconnects == 4
-        assert stats.max_attempts == 5  # the flaky batch: 4 failures, then stored
-        base = sink.sender.retry_delay
-        delays = sink.sender.backoff_delays
-        assert len(delays) == 4
-        for k, delay in enumerate(delays):  # jittered over the upper half of base * 2^k
-            assert base * 2**k / 2 <= delay <= base * 2**k
-        assert stored_lines(operator) == ["flaky"]
-        assert stored_samples(operator) == sink.submitted["sample"]
-        sink.close(timeout=5)
-    finally:
-        owner_ddl(f"DROP TRIGGER IF EXISTS proof_test_flaky ON {table}")
-        owner_ddl("DROP FUNCTION IF EXISTS proof_test_flaky()")
-        owner_ddl("DROP SEQUENCE IF EXISTS proof_test_flaky_tries")
+    caplog.set_level(logging.ERROR, logger="ingest.server")
+    with (
+        owner_ddl(
+            [
+                "CREATE SEQUENCE IF NOT EXISTS proof_test_flaky_tries",
+                "CREATE OR REPLACE FUNCTION proof_test_flaky() RETURNS trigger "
+                "LANGUAGE plpgsql SECURITY DEFINER AS $$ BEGIN "
+                "IF NEW.line = 'flaky' AND nextval('proof_test_flaky_tries') <= 4 THEN "
+                "RAISE EXCEPTION 'test: could not serialize' USING ERRCODE = '40001'; END IF; "
+                "RETURN NEW; END $$",
+                f"CREATE TRIGGER proof_test_flaky BEFORE INSERT ON {table} "
+                "FOR EACH ROW EXECUTE FUNCTION proof_test_flaky()",
+            ],
+            [
+                f"DROP TRIGGER IF EXISTS proof_test_flaky ON {table}",
+                "DROP FUNCTION IF EXISTS proof_test_flaky()",
+                "DROP SEQUENCE IF EXISTS proof_test_flaky_tries",
+            ],
+        ),
+        agent_run(ingest, token, tmp_path) as run,
+    ):
+        run.write(b"flaky\n")
+        wait_for(lambda: stored_lines(operator) == ["flaky"], timeout=60, what="stored at last")
+        sent, spool = run.finish()
+    failures = [
+        (int(m[1]), r.created)
+        for r in caplog.records
+        if (m := re.match(r"storing batch (\d+) of .* failed", r.getMessage()))
+    ]
+    assert len(failures) == 4 and len({seq for seq, _ in failures}) == 1
+    seq = failures[0][0]
+    with tenant_context(operator):
+        receipt = BatchReceipt.objects.for_tenant(operator).get(sequence=seq)  # type: ignore[attr-defined]
+    times = [t for _, t in failures] + [receipt.received_at.timestamp()]
+    base = inspect.signature(BatchSender).parameters["retry_delay"].default
+    for k, (a, b) in enumerate(itertools.pairwise(times)):
+        assert b - a >= base * 2**k / 2, (k, times)  # jittered over the upper half of base*2^k
+    assert run.agent.stderr.count("reconnecting") == 4
+    counts = counts_since(run.before)
+    assert counts["store_errors"] == 4 and counts["refused"] == 0
+    assert counts["stored"] == spool.batches
+    assert receipts(operator) == [(run.agent_id, s) for s in range(1, spool.batches + 1)]
+    assert stored_samples(operator) == sent.counts["sample"]

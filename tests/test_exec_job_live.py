@@ -1,7 +1,7 @@
-"""A run without a scheduler, recorded by the real `proof-agent exec` around a launcher that
-starts two ranks, replayed through the real client and ingest server into the real database:
-ingest stores it as one job (exec's id, its state, exit code, kind and world size) with both
-ranks — the live path agrees with `proof analyze`."""
+"""A run without a scheduler, recorded by the real `proof-agent exec` around a launcher (a shell
+job script) that starts two ranks, replayed through the real client and ingest server into the
+real database: ingest stores it as one job (exec's id, its state, exit code, kind and world
+size) with both ranks — the live path agrees with `proof analyze`."""
 
 from __future__ import annotations
 
@@ -13,36 +13,23 @@ from pathlib import Path
 
 import pytest
 
-from contract.wire.client import BatchSender, open_channel
-from contract.wire.replay import replay
-from ingest import services
 from ingest.models import Job, JobRank, Process
-from ingest.server import IngestServer
-from tenants import services as tenant_services
 from tenants.context import tenant_context
-from tenants.testing import make_tenant
+from tests.agentproc import agent_command
+from tests.helpers import Ingest, agent_token
 
 pytestmark = pytest.mark.django_db(transaction=True)
 ROOT = Path(__file__).resolve().parents[1]
 
-LAUNCHER = r"""
-import os, subprocess, sys
-rank_code = (
-    "import os, time\n"
-    "time.sleep(1.5)\n"
-    "if os.environ['RANK'] == '0':\n"
-    "    for i in (1, 2, 3):\n"
-    "        print(f'iter {i}: loss {4.0 - i:.4f}, time 100.00ms, mfu 10.00%', flush=True)\n"
-)
-kids = [
-    subprocess.Popen(
-        [sys.executable, "-c", rank_code],
-        env={**os.environ, "RANK": str(r), "LOCAL_RANK": str(r), "WORLD_SIZE": "2"},
-    )
-    for r in (0, 1)
-]
-sys.exit(max(k.wait() for k in kids))
+RANK = """
+import os, time
+time.sleep(1.5)
+if os.environ["RANK"] == "0":
+    for i in (1, 2, 3):
+        print(f"iter {i}: loss {4.0 - i:.4f}, time 100.00ms, mfu 10.00%", flush=True)
 """
+# `sh -c LAUNCHER PYTHON RANK`: two ranks of a world of 2, as a job script starts them.
+LAUNCHER = 'for r in 0 1; do RANK=$r LOCAL_RANK=$r WORLD_SIZE=2 "$0" -c "$1" & done; wait'
 
 
 def test_exec_job_without_a_scheduler_reaches_ingest_as_one_job(tmp_path: Path) -> None:
@@ -54,9 +41,19 @@ def test_exec_job_without_a_scheduler_reaches_ingest_as_one_job(tmp_path: Path) 
     }
     env["PYTHONPATH"] = str(ROOT)
     trace = tmp_path / "run.jsonl"
-    agent = [sys.executable, "-c", "import sys; from agent.cli import main; sys.exit(main())"]
     proc = subprocess.run(
-        [*agent, "exec", "--out", str(trace), "--", sys.executable, "-c", LAUNCHER],
+        [
+            *agent_command(),
+            "exec",
+            "--out",
+            str(trace),
+            "--",
+            "sh",
+            "-c",
+            LAUNCHER,
+            sys.executable,
+            RANK,
+        ],
         capture_output=True,
         env=env,
         timeout=60,
@@ -65,20 +62,14 @@ def test_exec_job_without_a_scheduler_reaches_ingest_as_one_job(tmp_path: Path) 
     job_id = json.loads(trace.read_text().splitlines()[0])["job"]
     assert job_id.startswith("exec-")
 
-    services.clear_caches()
-    tenant = make_tenant("exec-live")
-    _, token = tenant_services.do_create_agent_token(tenant.operator.pk, name="exec")
-    server = IngestServer("127.0.0.1", 0, writers=1)
-    port = server.start()
+    op, token = agent_token("exec-live")
+    ingest = Ingest(writers=1)
     try:
-        sender = BatchSender(open_channel(f"127.0.0.1:{port}"), token)
-        report = replay(str(trace), sender, agent_id="exec-live", batch_seconds=15)
-        sender.close()
+        report = ingest.replay(trace, token, agent_id="exec-live", batch_seconds=15)
     finally:
-        server.stop(grace=1)
+        ingest.stop()
     assert report.rejected == []
 
-    op = tenant.operator.pk
     with tenant_context(op):
         (job,) = Job.objects.for_tenant(op).all()
         assert job.job_id == job_id

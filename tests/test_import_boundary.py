@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import ast
 import json
-import os
 import re
 import subprocess
-import sys
 import tomllib
 from pathlib import Path
+
+from tests.agentproc import run_python
 
 REPO = Path(__file__).resolve().parent.parent
 SERVER_ONLY = ("django", "celery", "psycopg", "rest_framework", "channels", "daphne", "kombu")
@@ -61,16 +61,13 @@ print(json.dumps({"imported": imported, "failures": failures, "leaked": leaked})
 """
 
 
+def _probe(code: str) -> subprocess.CompletedProcess[str]:
+    """`python -c CODE` with the server packages blocked, without Django settings."""
+    return run_python(["-c", code, ",".join(SERVER_ONLY)])
+
+
 def test_every_agent_module_imports_without_the_server_stack() -> None:
-    env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
-    result = subprocess.run(
-        [sys.executable, "-c", _PROBE, ",".join(SERVER_ONLY)],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    result = _probe(_PROBE)
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert {"agent.cli", "contract.signals", "simulator.run", "engine.analyze"} <= set(
@@ -87,13 +84,7 @@ def test_the_probe_really_blocks_server_packages() -> None:
     probe = (
         _PROBE.split("failures = {}")[0] + "import django\n"  # must raise
     )
-    result = subprocess.run(
-        [sys.executable, "-c", probe, ",".join(SERVER_ONLY)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    result = _probe(probe)
     assert result.returncode != 0
     assert "django is server-only" in result.stderr
 
