@@ -11,8 +11,6 @@ import json
 import logging
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +26,7 @@ from agent.tests.fileserver import serve
 from agent.tests.ttar import extract
 from contract import signals
 from contract.trace import check_record
+from tests.agentproc import run_python
 
 DATA = Path(__file__).parent / "data"
 REPO = Path(__file__).resolve().parents[2]
@@ -270,16 +269,9 @@ def test_record_cli_on_fixture_roots(tmp_path: Path) -> None:
         path = tmp_path / "agent.toml"
         path.write_text(_toml(cfg))
         out = tmp_path / "node.jsonl.gz"
-        env = {k: v for k, v in os.environ.items() if not k.startswith("PROOF_AGENT_")}
-        env["PROOF_AGENT_EBPF_ENABLED"] = "false"
         argv = ["record", "--config", str(path), "--out", str(out), "--duration", "2"]
-        done = subprocess.run(
-            [sys.executable, "-m", "agent.cli", *argv],
-            cwd=REPO,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
+        done = run_python(
+            ["-m", "agent.cli", *argv], env={"PROOF_AGENT_EBPF_ENABLED": "false"}, timeout=60
         )
     assert done.returncode == 0, done.stderr
     with gzip.open(out, "rt") as fh:
