@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import Enum
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from django.db import connection, transaction
@@ -159,8 +159,8 @@ def store_batch(operator_id: int, batch: DecodedBatch, now: datetime | None = No
         job_ids = _ensure_jobs(operator_id, batch, now)
         series_ids = _resolve_series(operator_id, batch.series, node_ids, job_ids)
         write_blocks(_block_rows(operator_id, batch, series_ids, node_ids))
-        _store_logs(operator_id, batch, node_ids, job_ids)
-        _store_events(operator_id, batch, node_ids, job_ids)
+        _store_rows(LogLine, batch.logs, _LOG_FIELDS, operator_id, node_ids, job_ids)
+        _store_rows(Event, batch.events, _EVENT_FIELDS, operator_id, node_ids, job_ids)
         _store_processes(operator_id, batch, node_ids, job_ids)
         # Announced in the same transaction: what a receiver records commits with the batch
         # (investigations notes the jobs' activity and schedules their evaluation on commit).
@@ -420,50 +420,32 @@ def _block_rows(
     return rows
 
 
-def _store_logs(
-    operator_id: int, batch: DecodedBatch, node_ids: dict[str, int], job_ids: dict[str, int]
-) -> None:
-    if batch.logs:
-        LogLine.objects.bulk_create(
-            [
-                LogLine(
-                    operator_id=operator_id,
-                    ts_us=r["ts_us"],
-                    node_id=node_ids[r["node"]],
-                    job_id=job_ids.get(r["job"]),
-                    pid=r["pid"],
-                    rank=r["rank"],
-                    step=r["step"],
-                    stream=r["stream"],
-                    line=r["line"],
-                )
-                for r in batch.logs
-            ],
-            batch_size=2000,
-        )
+_Row = TypeVar("_Row", LogLine, Event)
+# The record fields a log line and an event keep as they are (their node and job references
+# are resolved to ids).
+_LOG_FIELDS = ("ts_us", "pid", "rank", "step", "stream", "line")
+_EVENT_FIELDS = ("ts_us", "name", "gpu", "gpu_index", "pid", "rank", "value", "text", "labels")
 
 
-def _store_events(
-    operator_id: int, batch: DecodedBatch, node_ids: dict[str, int], job_ids: dict[str, int]
+def _store_rows(
+    model: type[_Row],
+    records: list[dict[str, Any]],
+    fields: tuple[str, ...],
+    operator_id: int,
+    node_ids: dict[str, int],
+    job_ids: dict[str, int],
 ) -> None:
-    if batch.events:
-        Event.objects.bulk_create(
+    """Insert one row of `model` per record: `fields` copied, the node and the job by id."""
+    if records:
+        model.objects.bulk_create(
             [
-                Event(
+                model(
                     operator_id=operator_id,
-                    ts_us=r["ts_us"],
-                    name=r["name"],
                     node_id=node_ids[r["node"]],
-                    gpu=r["gpu"],
-                    gpu_index=r["gpu_index"],
-                    pid=r["pid"],
                     job_id=job_ids.get(r["job"]),
-                    rank=r["rank"],
-                    value=r["value"],
-                    text=r["text"],
-                    labels=r["labels"],
+                    **{f: r[f] for f in fields},
                 )
-                for r in batch.events
+                for r in records
             ],
             batch_size=2000,
         )
