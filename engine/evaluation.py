@@ -151,24 +151,19 @@ def format_table(fams: dict[str, FamilyScore], healthy_verdicts: int, healthy_ru
     return "\n".join(rows)
 
 
+# The numeric options: flag, type, default, help.
+_NUMBER_OPTIONS: tuple[tuple[str, type[int] | type[float], float, str], ...] = (
+    ("--seeds", int, 3, "seeds per scenario (default 3)"),
+    ("--duration", float, 600.0, "trace length in seconds (default 600)"),
+    ("--nodes", int, 2, "nodes per job (default 2; 0: each scenario's own random size)"),
+    ("--gpus-per-node", int, 4, "GPUs per node (default 4; 0: the simulator's 8)"),
+    ("--first-seed", int, 0, "first seed (default 0)"),
+)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--seeds", type=int, default=3, help="seeds per scenario (default 3)")
-    parser.add_argument(
-        "--duration", type=float, default=600.0, help="trace length in seconds (default 600)"
-    )
-    parser.add_argument(
-        "--nodes",
-        type=int,
-        default=2,
-        help="nodes per job (default 2; 0: each scenario's own random size)",
-    )
-    parser.add_argument(
-        "--gpus-per-node",
-        type=int,
-        default=4,
-        help="GPUs per node (default 4; 0: the simulator's 8)",
-    )
-    parser.add_argument("--first-seed", type=int, default=0, help="first seed (default 0)")
+    for flag, kind, default, text in _NUMBER_OPTIONS:
+        parser.add_argument(flag, type=kind, default=default, help=text)
     parser.add_argument("--scenario", action="append", help="only these scenarios (repeatable)")
     parser.add_argument("--verbose", action="store_true", help="one line per run")
 

@@ -143,6 +143,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def proof_ingest_command(port: int, *options: str) -> list[str]:
+    """The command line of `proof ingest` on `port` run by this interpreter (a child process)."""
+    return [sys.executable, "-m", "proof_web.cli", "ingest", "--port", str(port), *options]
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -186,20 +191,15 @@ def run(args: argparse.Namespace) -> int:
     bytes_before = storage.block_table_bytes()
     port = _free_port()
     server = subprocess.Popen(  # noqa: S603 - our interpreter running our own ingest server
-        [
-            sys.executable,
-            "-m",
-            "proof_web.cli",
-            "ingest",
-            "--port",
-            str(port),
+        proof_ingest_command(
+            port,
             "--workers",
             str(args.server_workers),
             "--writers",
             str(args.writers),
             "--metrics-port",
             "0",
-        ],
+        ),
         cwd=Path(__file__).resolve().parents[1],
     )
     results: list[tuple[int, int, int, int, list[float]]] = []

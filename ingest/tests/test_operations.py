@@ -6,7 +6,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 import urllib.request
 from datetime import UTC, datetime, timedelta
@@ -18,6 +17,7 @@ from django.db import connections
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from ingest import storage
+from ingest.bench import proof_ingest_command
 from ingest.processing import Limits
 from ingest.server import IngestServer, InsecureBindRefused
 
@@ -34,16 +34,7 @@ def test_proof_ingest_serves_health_and_metrics_and_stops_on_sigterm() -> None:
     port, metrics_port = free_port(), free_port()
     env = {**os.environ, "PROOF_ENV": "test"}
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "proof_web.cli",
-            "ingest",
-            "--port",
-            str(port),
-            "--metrics-port",
-            str(metrics_port),
-        ],
+        proof_ingest_command(port, "--metrics-port", str(metrics_port)),
         cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,

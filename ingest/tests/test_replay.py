@@ -17,7 +17,7 @@ import pytest
 
 from contract.trace.reader import TraceReader
 from contract.wire.client import BatchSender, open_channel
-from contract.wire.replay import replay
+from contract.wire.replay import ReplayReport, replay
 from ingest import selectors, services
 from ingest.models import LogLine
 from ingest.server import IngestServer
@@ -25,7 +25,7 @@ from simulator import simulate
 from simulator.scenarios import list_scenarios
 from tenants import services as tenant_services
 from tenants.context import tenant_context
-from tenants.testing import make_tenant
+from tenants.testing import Tenant, make_tenant
 
 pytestmark = pytest.mark.django_db(transaction=True)
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,6 +38,22 @@ def _key(name: str, rec: Any, labels: Any) -> tuple[Any, ...]:
     return (name, *(None if v == "" else v for v in values), tuple(sorted((labels or {}).items())))
 
 
+def _replay_to_server(path: Path, slug: str, **options: Any) -> tuple[Tenant, ReplayReport]:
+    """`path` replayed into a real ingest server on loopback as the agent of a new tenant."""
+    services.clear_caches()
+    tenant = make_tenant(slug)
+    _, token = tenant_services.do_create_agent_token(tenant.operator.pk, name="replay")
+    server = IngestServer("127.0.0.1", 0, writers=2)
+    port = server.start()
+    try:
+        sender = BatchSender(open_channel(f"127.0.0.1:{port}"), token)
+        report = replay(str(path), sender, **options)
+        sender.close()
+    finally:
+        server.stop(grace=1)
+    return tenant, report
+
+
 @pytest.fixture
 def trace(tmp_path: Path) -> Path:
     scenario = list_scenarios()[0].name
@@ -47,17 +63,7 @@ def trace(tmp_path: Path) -> Path:
 
 
 def test_replay_stores_exactly_the_trace_samples(trace: Path) -> None:
-    services.clear_caches()
-    tenant = make_tenant("replay")
-    _, token = tenant_services.do_create_agent_token(tenant.operator.pk, name="replay")
-    server = IngestServer("127.0.0.1", 0, writers=2)
-    port = server.start()
-    try:
-        sender = BatchSender(open_channel(f"127.0.0.1:{port}"), token)
-        report = replay(str(trace), sender, agent_id="replay-test", batch_seconds=15)
-        sender.close()
-    finally:
-        server.stop(grace=1)
+    tenant, report = _replay_to_server(trace, "replay", agent_id="replay-test", batch_seconds=15)
     assert report.rejected == [] and report.batches >= 6
 
     expected: dict[tuple[Any, ...], list[tuple[int, float]]] = defaultdict(list)
@@ -132,17 +138,9 @@ def test_replay_of_a_dirty_trace_sends_it_cleaned(tmp_path: Path) -> None:
     ]
     path = tmp_path / "dirty.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in records) + "\n")
-    services.clear_caches()
-    tenant = make_tenant("replay-dirty")
-    _, token = tenant_services.do_create_agent_token(tenant.operator.pk, name="replay")
-    server = IngestServer("127.0.0.1", 0, writers=2)
-    port = server.start()
-    try:
-        sender = BatchSender(open_channel(f"127.0.0.1:{port}"), token)
-        report = replay(str(path), sender, agent_id="replay-dirty", keep_time=True)
-        sender.close()
-    finally:
-        server.stop(grace=1)
+    tenant, report = _replay_to_server(
+        path, "replay-dirty", agent_id="replay-dirty", keep_time=True
+    )
     assert report.rejected == [] and report.records_refused == 0
     assert report.cleaned == 3 and report.problems == 3 and report.samples == 1
     with tenant_context(tenant.operator.pk):
