@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -45,6 +46,15 @@ def mine(collector: EbpfCollector, built: Built) -> dict[str, list[str]]:
     }
 
 
+@pytest.fixture
+def driver(built: Built, collector: EbpfCollector) -> Iterator[Driver]:
+    """The stand-in driver running, found through its maps and probed by the collector's
+    first interval."""
+    with Driver(built) as running:
+        collector.collect(time.time())
+        yield running
+
+
 def timed_ms(driver: Driver, *commands: str) -> float:
     """Run `commands` one after the other; the wall milliseconds they took, seen from here."""
     started = time.monotonic()
@@ -54,56 +64,54 @@ def timed_ms(driver: Driver, *commands: str) -> float:
 
 
 def test_counts_durations_gaps_and_bytes_read_back_exactly(
-    built: Built, collector: EbpfCollector
+    built: Built, collector: EbpfCollector, driver: Driver
 ) -> None:
-    with Driver(built) as driver:
-        collector.collect(time.time())  # finds the driver through its maps and attaches
-        attached = mine(collector, built)
-        assert len(attached) == 2, collector.attached_libraries
-        cuda_symbols = next(s for p, s in attached.items() if p.endswith("libcuda.so.1"))
-        nccl_symbols = next(s for p, s in attached.items() if p.endswith("libnccl.so.2"))
-        assert {"cuLaunchKernel", "cuStreamSynchronize", "cuMemcpyHtoD_v2"} <= set(cuda_symbols)
-        assert "cuLaunchKernel_ptsz" not in cuda_symbols  # not exported by the stand-in
-        assert {"ncclAllReduce", "ncclGroupStart", "ncclGroupEnd"} <= set(nccl_symbols)
-        assert "ncclBcast" not in nccl_symbols
+    attached = mine(collector, built)
+    assert len(attached) == 2, collector.attached_libraries
+    cuda_symbols = next(s for p, s in attached.items() if p.endswith("libcuda.so.1"))
+    nccl_symbols = next(s for p, s in attached.items() if p.endswith("libnccl.so.2"))
+    assert {"cuLaunchKernel", "cuStreamSynchronize", "cuMemcpyHtoD_v2"} <= set(cuda_symbols)
+    assert "cuLaunchKernel_ptsz" not in cuda_symbols  # not exported by the stand-in
+    assert {"ncclAllReduce", "ncclGroupStart", "ncclGroupEnd"} <= set(nccl_symbols)
+    assert "ncclBcast" not in nccl_symbols
 
-        # Synchronize: 20 x 2 ms stream, 5 x 1 ms event, 3 x 1 ms context.
-        # Durations are bounded below by the sleeps the stand-in does and above by the wall
-        # time the commands took as seen from here, which holds however loaded the machine is.
-        elapsed: dict[str, float] = {}
-        elapsed["sync"] = timed_ms(
-            driver, "sync stream 20 2000", "sync event 5 1000", "sync ctx 3 1000"
-        )
-        # Copies: (kind, calls, bytes each)
-        timed_ms(
-            driver,
-            "memcpy htod 10 1048576 0",
-            "memcpy htod_async 2 4096 0",
-            "memcpy dtoh 4 4096 0",
-            "memcpy dtoh_async 1 100 0",
-            "memcpy dtod 2 123 0",
-            "memcpy any 3 1000 0",
-            "memcpy any_async 1 5 0",
-            "memcpy peer 2 777 0",
-        )
-        # Collectives: op, calls, count, ncclDataType_t, microseconds inside the call.
-        elapsed["allreduce"] = timed_ms(driver, "nccl allreduce 10 1048576 7 1000")  # float32
-        timed_ms(
-            driver,
-            "nccl allgather 5 1000 6 0",  # float16
-            "nccl reducescatter 3 2048 9 0",  # bfloat16
-            "nccl broadcast 4 999 0 0",  # int8
-            "nccl reduce 2 100 8 0",  # float64
-            "nccl reduce 1 100 42 0",  # unknown type: counted, 0 bytes
-            "nccl send 3 10 2 0",  # int32
-            "nccl recv 1 7 5 0",  # uint64
-        )
-        # Each: nested groups around send+recv of 256 float32.
-        elapsed["group"] = timed_ms(driver, "group 2 5000")
-        # Launches last, so the longest gap is the pause: 500, 300 ms, 500 + 7 Ex + 4 threads.
-        elapsed["pause"] = timed_ms(driver, "launch 500", "pause 300", "launch 500")
-        timed_ms(driver, "launchex 7", "threads 4 1000")
-        values = of_pid(collector.collect(time.time()), driver.pid)
+    # Synchronize: 20 x 2 ms stream, 5 x 1 ms event, 3 x 1 ms context.
+    # Durations are bounded below by the sleeps the stand-in does and above by the wall
+    # time the commands took as seen from here, which holds however loaded the machine is.
+    elapsed: dict[str, float] = {}
+    elapsed["sync"] = timed_ms(
+        driver, "sync stream 20 2000", "sync event 5 1000", "sync ctx 3 1000"
+    )
+    # Copies: (kind, calls, bytes each)
+    timed_ms(
+        driver,
+        "memcpy htod 10 1048576 0",
+        "memcpy htod_async 2 4096 0",
+        "memcpy dtoh 4 4096 0",
+        "memcpy dtoh_async 1 100 0",
+        "memcpy dtod 2 123 0",
+        "memcpy any 3 1000 0",
+        "memcpy any_async 1 5 0",
+        "memcpy peer 2 777 0",
+    )
+    # Collectives: op, calls, count, ncclDataType_t, microseconds inside the call.
+    elapsed["allreduce"] = timed_ms(driver, "nccl allreduce 10 1048576 7 1000")  # float32
+    timed_ms(
+        driver,
+        "nccl allgather 5 1000 6 0",  # float16
+        "nccl reducescatter 3 2048 9 0",  # bfloat16
+        "nccl broadcast 4 999 0 0",  # int8
+        "nccl reduce 2 100 8 0",  # float64
+        "nccl reduce 1 100 42 0",  # unknown type: counted, 0 bytes
+        "nccl send 3 10 2 0",  # int32
+        "nccl recv 1 7 5 0",  # uint64
+    )
+    # Each: nested groups around send+recv of 256 float32.
+    elapsed["group"] = timed_ms(driver, "group 2 5000")
+    # Launches last, so the longest gap is the pause: 500, 300 ms, 500 + 7 Ex + 4 threads.
+    elapsed["pause"] = timed_ms(driver, "launch 500", "pause 300", "launch 500")
+    timed_ms(driver, "launchex 7", "threads 4 1000")
+    values = of_pid(collector.collect(time.time()), driver.pid)
 
     assert values[(signals.CUDA_LAUNCHES, None)] == 500 + 500 + 7 + 4 * 1000
     gap = values[(signals.CUDA_LAUNCH_GAP_MAX_MS, None)]
@@ -149,45 +157,41 @@ def test_counts_durations_gaps_and_bytes_read_back_exactly(
 
 
 def test_each_interval_is_read_and_cleared_and_an_idle_process_shows_a_growing_gap(
-    built: Built, collector: EbpfCollector
+    collector: EbpfCollector, driver: Driver
 ) -> None:
-    with Driver(built) as driver:
-        collector.collect(time.time())
-        driver.command("launch 100")
-        driver.command("nccl allreduce 3 16 7 0")
-        first = of_pid(collector.collect(time.time()), driver.pid)
-        assert first[(signals.CUDA_LAUNCHES, None)] == 100
-        assert first[(signals.NCCL_CALLS, "allreduce")] == 3
+    driver.command("launch 100")
+    driver.command("nccl allreduce 3 16 7 0")
+    first = of_pid(collector.collect(time.time()), driver.pid)
+    assert first[(signals.CUDA_LAUNCHES, None)] == 100
+    assert first[(signals.NCCL_CALLS, "allreduce")] == 3
 
-        driver.command("launch 40")
-        second = of_pid(collector.collect(time.time()), driver.pid)
-        assert second[(signals.CUDA_LAUNCHES, None)] == 40  # not 140: the first was cleared
-        assert (signals.NCCL_CALLS, "allreduce") not in second
+    driver.command("launch 40")
+    second = of_pid(collector.collect(time.time()), driver.pid)
+    assert second[(signals.CUDA_LAUNCHES, None)] == 40  # not 140: the first was cleared
+    assert (signals.NCCL_CALLS, "allreduce") not in second
 
-        time.sleep(0.4)
-        idle = of_pid(collector.collect(time.time()), driver.pid)
-        assert idle[(signals.CUDA_LAUNCHES, None)] == 0
-        assert idle[(signals.CUDA_LAUNCH_GAP_MAX_MS, None)] >= 400.0
-        assert idle[(signals.CUDA_SYNC_MS, None)] == 0.0
+    time.sleep(0.4)
+    idle = of_pid(collector.collect(time.time()), driver.pid)
+    assert idle[(signals.CUDA_LAUNCHES, None)] == 0
+    assert idle[(signals.CUDA_LAUNCH_GAP_MAX_MS, None)] >= 400.0
+    assert idle[(signals.CUDA_SYNC_MS, None)] == 0.0
 
 
 def test_a_synchronize_call_still_blocked_is_reported_until_it_returns(
-    built: Built, collector: EbpfCollector
+    collector: EbpfCollector, driver: Driver
 ) -> None:
-    with Driver(built) as driver:
-        collector.collect(time.time())
-        driver.command("launch 3")
-        collector.collect(time.time())
-        started = time.monotonic()
-        driver.send("sync stream 1 900000")  # blocks 0.9 s
-        time.sleep(0.3)
-        blocked = of_pid(collector.collect(time.time()), driver.pid)
-        waited_ms = (time.monotonic() - started) * 1000.0
-        assert 300.0 <= blocked[(signals.CUDA_SYNC_OPEN_MS, None)] <= waited_ms
-        assert blocked[(signals.CUDA_SYNC_MS, None)] == 0.0  # not returned yet
-        assert (signals.CUDA_SYNCS, None) not in blocked
-        driver.wait()
-        returned = of_pid(collector.collect(time.time()), driver.pid)
+    driver.command("launch 3")
+    collector.collect(time.time())
+    started = time.monotonic()
+    driver.send("sync stream 1 900000")  # blocks 0.9 s
+    time.sleep(0.3)
+    blocked = of_pid(collector.collect(time.time()), driver.pid)
+    waited_ms = (time.monotonic() - started) * 1000.0
+    assert 300.0 <= blocked[(signals.CUDA_SYNC_OPEN_MS, None)] <= waited_ms
+    assert blocked[(signals.CUDA_SYNC_MS, None)] == 0.0  # not returned yet
+    assert (signals.CUDA_SYNCS, None) not in blocked
+    driver.wait()
+    returned = of_pid(collector.collect(time.time()), driver.pid)
     assert returned[(signals.CUDA_SYNCS, None)] == 1
     assert returned[(signals.CUDA_SYNC_MS, None)] >= 900.0
     assert (signals.CUDA_SYNC_OPEN_MS, None) not in returned
