@@ -18,21 +18,33 @@ from investigations import notifications, selectors, services
 from investigations.models import Incident, JobActivity, JobGpuUsage
 from investigations.signals import evaluation_due
 from investigations.tasks import evaluate_fleet_health, evaluate_job, fan_out_job_evaluations
-from investigations.tests.live_helpers import GPU_MODEL, job_pk, run_together, store_sim
+from investigations.tests.live_helpers import (
+    GPU_MODEL,
+    StoredSim,
+    job_pk,
+    run_together,
+    store_sim,
+)
 from tenants.context import tenant_context
-from tenants.testing import make_tenant
+from tenants.testing import Tenant, make_tenant
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _reference_case(slug: str) -> tuple[Tenant, StoredSim, int]:
+    """A new tenant with the reference case (a sequence imbalance) stored: the tenant, the
+    stored simulation, its job's pk."""
+    tenant = make_tenant(slug)
+    sim = store_sim(tenant.operator.pk, "sequence_imbalance")
+    return tenant, sim, job_pk(tenant.operator.pk, sim.jobs[0])
 
 
 def test_reference_case_gets_a_verdict_and_live_matches_offline(
     fired: list[notifications.Notification],
 ) -> None:
-    a = make_tenant("live-a")
+    a, imbalance_sim, imbalance = _reference_case("live-a")
     op = a.operator.pk
-    imbalance_sim = store_sim(op, "sequence_imbalance")
     healthy_sim = store_sim(op, "healthy_training", seed=7)
-    imbalance = job_pk(a.operator.pk, imbalance_sim.jobs[0])
     healthy_jobs = {job_pk(a.operator.pk, j): j for j in healthy_sim.jobs}
     # The ingest signal recorded every job's data span; the fan-out would evaluate them all.
     due = selectors.jobs_due_for_evaluation(services.ACTIVE_S)
@@ -98,10 +110,8 @@ def test_reference_case_gets_a_verdict_and_live_matches_offline(
 def test_concurrent_evaluations_of_one_job_run_once(
     fired: list[notifications.Notification],
 ) -> None:
-    a = make_tenant("live-b")
+    a, sim, job = _reference_case("live-b")
     op = a.operator.pk
-    sim = store_sim(op, "sequence_imbalance")
-    job = job_pk(a.operator.pk, sim.jobs[0])
     expected = len(sim.offline_families[sim.jobs[0]])
     assert expected == 1  # the reference case is found (test above)
     # A held lock: the evaluation is skipped, not queued behind it.
