@@ -284,17 +284,18 @@ def test_a_refused_batch_goes_to_the_dead_letter_and_the_agent_goes_on(
     ingest.stop()
     with agent_run(ingest, token, tmp_path) as run:
         ingest.start(SMALL_LIMITS)
+        # Each refusal is reported in the agent's next batch — the 1800 lines' batch, refused
+        # too, when they come right after the first refusal: its report rides again after it.
+        run.write(job_output(900))
+        wait_for(lambda: len(dead_letter(run.spool_dir)) == 1, what="the first refusal")
+        run.write(job_output(1800))
+        wait_for(lambda: len(dead_letter(run.spool_dir)) == 2, what="the second refusal")
+        run.write(b"later\n")
         with tenant_context(operator):
             refused = Event.objects.for_tenant(operator).filter(  # type: ignore[attr-defined]
                 name=signals.EVENT_BATCH_REFUSED
             )
-            # Each refusal is reported in the agent's next batch: the next output waits for
-            # it (a report riding in a batch that is refused too is lost with that batch).
-            run.write(job_output(900))
-            wait_for(lambda: refused.count() == 1, what="the first refusal reported")
-            run.write(job_output(1800))
-            wait_for(lambda: refused.count() == 2, what="the second refusal reported")
-        run.write(b"later\n")
+            wait_for(lambda: refused.count() == 2, what="both refusals reported to ingest")
         wait_for(lambda: stored_lines(operator) == ["later"], what="the agent went on")
         sent, spool = run.finish(status=1)
     assert "proof-agent run: ingest rejected 2 batch(es)" in run.agent.stderr

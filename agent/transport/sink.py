@@ -13,7 +13,10 @@ A batch ingest refuses (INVALID_ARGUMENT: it would be refused again) goes to the
 (agent/spool.py `DeadLetter`, `<spool dir>/dead-letter/`): its bytes, the reason and the batch
 as a v1 trace; it leaves the spool's flow (the spool acks past it) and the batches after it go
 on. Each refusal is logged (one line, with the file) and reported to ingest as a
-`batch_refused` event in the next batch.
+`batch_refused` event in the next batch; the agent's own reports a batch refused for its size
+carried (`batch_refused`, `spool_dropped`) ride again in the next one, so a report is not lost
+with a batch of job output too big to store (not after other refusals: the report itself could
+be what ingest refuses).
 """
 
 from __future__ import annotations
@@ -35,12 +38,13 @@ import grpc
 from agent.spool import DEAD_LETTER_DIR, DeadLetter, Spool
 from contract import limits, signals
 from contract.wire.client import BatchSender, EncodedBatch, TlsConfig, open_channel
-from contract.wire.decode import write_trace
+from contract.wire.decode import batch_records, write_trace
 from contract.wire.encode import BatchBuilder
 
 log = logging.getLogger(__name__)
 
 AGENT_ID_FILE = "agent_id"
+_REPORTS = frozenset({signals.EVENT_BATCH_REFUSED, signals.EVENT_SPOOL_DROPPED})
 DEFAULT_MAX_BATCH_BYTES = 32 * 1024 * 1024  # ingest's default PROOF_INGEST_MAX_BATCH_BYTES
 
 
@@ -215,9 +219,11 @@ class GrpcSink:
             where,
             self.dead_letter.added,
         )
+        carried = _reports_in(data) if _for_size(reason) else []
         with self._lock:
             self.builder.extend(
                 [
+                    *carried,
                     {
                         "type": "event",
                         "ts": time.time(),
@@ -228,7 +234,7 @@ class GrpcSink:
                             "dead_letter_total": str(self.dead_letter.added),
                             "bytes": str(len(data)),
                         },
-                    }
+                    },
                 ]
             )
         self._finished(sequence)
@@ -249,6 +255,22 @@ class GrpcSink:
                 self._acked_through = through
                 if through > self.spool.acked_through:
                     self.spool.ack(through)
+
+
+def _for_size(reason: str) -> bool:
+    """A refusal for the batch's size: ingest's limit, or gRPC's message limit (client.py)."""
+    return "over the limit of" in reason or "message size limit" in reason
+
+
+def _reports_in(data: bytes) -> list[dict[str, Any]]:
+    """The agent's own reports (`_REPORTS` events) in a refused batch's bytes, to send again;
+    none when the batch cannot be decoded."""
+    try:
+        records = batch_records(data)
+    except Exception as exc:  # a batch ingest could not decode either
+        log.debug("cannot read the reports of a refused batch: %s", exc)
+        return []
+    return [r for r in records if r["type"] == "event" and r.get("name") in _REPORTS]
 
 
 def _render_dead_letter(path: Path, data: bytes, meta: dict[str, Any]) -> None:
