@@ -11,6 +11,9 @@ import pytest
 
 os.environ.setdefault("PROOF_ENV", "test")
 
+# App fixtures shared across packages (pytest-django has set Django up by the time these load).
+pytest_plugins = ["investigations.testing"]
+
 
 @pytest.fixture(autouse=True)
 def _fast_password_hashing(settings: Any) -> None:

@@ -6,6 +6,7 @@ The agent's side — the `proof-agent` process and its files — is tests/agentp
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -124,3 +125,16 @@ def ingest_counts() -> dict[str, float]:
 
 def counts_since(before: dict[str, float]) -> dict[str, int]:
     return {key: int(value - before[key]) for key, value in ingest_counts().items()}
+
+
+# What the embedded default must not inherit from the test environment: it runs on its own
+# SQLite database in PROOF_DATA_DIR, with no Redis (tasks in-process).
+_SERVER_ENV = ("DATABASE_URL", "DATABASE_OWNER_URL", "REDIS_URL", "DJANGO_SETTINGS_MODULE")
+
+
+def embedded_default_env(data_dir: Path) -> dict[str, str]:
+    """The environment a newcomer's `proof demo` runs in: no external services, its data in
+    `data_dir`."""
+    env = {k: v for k, v in os.environ.items() if k not in _SERVER_ENV}
+    env.update(PROOF_DATA_DIR=str(data_dir), PROOF_ENV="development")
+    return env

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sqlite3
 import subprocess
 import sys
@@ -15,17 +14,13 @@ from proof_web.commands.demo import DEMO_LOGINS, ensure_demo_data
 from tenants.context import system_context
 from tenants.models import Customer, Membership, Operator
 from tenants.selectors import principal_for_user
+from tests.helpers import embedded_default_env
 
 REPO = Path(__file__).resolve().parent.parent
 
 
 def test_setup_only_twice_on_the_embedded_default(tmp_path: Path) -> None:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("DATABASE_URL", "DATABASE_OWNER_URL", "REDIS_URL", "DJANGO_SETTINGS_MODULE")
-    }
-    env.update(PROOF_DATA_DIR=str(tmp_path), PROOF_ENV="development")
+    env = embedded_default_env(tmp_path)
     for _ in range(2):
         result = subprocess.run(
             [sys.executable, "-m", "proof_web.cli", "demo", "--setup-only"],

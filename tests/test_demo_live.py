@@ -4,7 +4,6 @@ in-process task runner (the schedule's periodic tasks and a Celery worker) evalu
 
 from __future__ import annotations
 
-import os
 import re
 import socket
 import subprocess
@@ -14,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from proof_web.schedule import BEAT_SCHEDULE
+from tests.helpers import embedded_default_env
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -26,12 +26,7 @@ def _free_port() -> int:
 
 @pytest.mark.slow
 def test_demo_streams_agents_to_verdicts_and_the_healthy_job_gets_none(tmp_path: Path) -> None:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("DATABASE_URL", "DATABASE_OWNER_URL", "REDIS_URL", "DJANGO_SETTINGS_MODULE")
-    }
-    env.update(PROOF_DATA_DIR=str(tmp_path), PROOF_ENV="development")
+    env = embedded_default_env(tmp_path)
     # 300 simulated seconds at 30x: the agents finish in ~10 s; the rest is evaluation slack
     # (the debounce countdown and the 15 s job fan-out of the schedule).
     result = subprocess.run(

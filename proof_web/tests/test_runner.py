@@ -44,14 +44,6 @@ boom: Any = shared_task(name="proof_web.tests.boom", ignore_result=True)(_boom)
 
 
 @pytest.fixture
-def fired() -> Iterator[list[notifications.Notification]]:
-    seen: list[notifications.Notification] = []
-    receiver = notifications.subscribe(seen.append)
-    yield seen
-    notifications.unsubscribe(receiver)
-
-
-@pytest.fixture
 def ran() -> Iterator[list[tuple[str, float]]]:
     with _lock:
         _ran.clear()

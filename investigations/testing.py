@@ -1,3 +1,7 @@
+"""Pytest fixtures of the investigations app that tests of other packages use too (the
+embedded runner's tests in proof_web). Loaded for the whole suite by the root conftest.py
+(`pytest_plugins`)."""
+
 from __future__ import annotations
 
 from collections.abc import Iterator
