@@ -11,10 +11,12 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 # name -> (module, one-line help)
 Subcommands = Mapping[str, tuple[str, str]]
+# A numeric option: (flag, int or float, default, help).
+NumberOption = tuple[str, type[int] | type[float], float | None, str]
 
 
 def build_parser(prog: str, description: str, subcommands: Subcommands) -> argparse.ArgumentParser:
@@ -41,3 +43,9 @@ def dispatch(prog: str, description: str, subcommands: Subcommands, argv: list[s
     module.add_arguments(parser)
     args = parser.parse_args(argv[1:])
     return int(module.run(args) or 0)
+
+
+def add_number_options(parser: argparse.ArgumentParser, options: Iterable[NumberOption]) -> None:
+    """Add numeric options from a table: commands with many knobs read as one list of them."""
+    for flag, kind, default, text in options:
+        parser.add_argument(flag, type=kind, default=default, help=text)

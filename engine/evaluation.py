@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from contract.cli import NumberOption, add_number_options
 from engine.analyze import analyze_trace
 from engine.detectors.common import GPU_TIME_FAMILIES, SLOWDOWN_FAMILIES
 from simulator import list_scenarios, simulate
@@ -152,7 +153,7 @@ def format_table(fams: dict[str, FamilyScore], healthy_verdicts: int, healthy_ru
 
 
 # The numeric options: flag, type, default, help.
-_NUMBER_OPTIONS: tuple[tuple[str, type[int] | type[float], float, str], ...] = (
+_NUMBER_OPTIONS: tuple[NumberOption, ...] = (
     ("--seeds", int, 3, "seeds per scenario (default 3)"),
     ("--duration", float, 600.0, "trace length in seconds (default 600)"),
     ("--nodes", int, 2, "nodes per job (default 2; 0: each scenario's own random size)"),
@@ -162,8 +163,7 @@ _NUMBER_OPTIONS: tuple[tuple[str, type[int] | type[float], float, str], ...] = (
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    for flag, kind, default, text in _NUMBER_OPTIONS:
-        parser.add_argument(flag, type=kind, default=default, help=text)
+    add_number_options(parser, _NUMBER_OPTIONS)
     parser.add_argument("--scenario", action="append", help="only these scenarios (repeatable)")
     parser.add_argument("--verbose", action="store_true", help="one line per run")
 

@@ -20,6 +20,7 @@ import socket
 import sys
 from dataclasses import dataclass
 
+from contract.cli import NumberOption, add_number_options
 from proof_web.commands.demo_live import DEMO_SCENARIOS
 
 DEMO_OPERATOR = ("Demo GPU Cloud", "demo-cloud")
@@ -43,9 +44,22 @@ DEMO_CUSTOMER_VIEWER = DemoLogin(
 DEMO_LOGINS = (DEMO_OPERATOR_ADMIN, DEMO_CUSTOMER_VIEWER)
 
 
+_NUMBER_OPTIONS: tuple[NumberOption, ...] = (
+    ("--port", int, 8000, "port to bind (default 8000)"),
+    ("--speed", float, 10.0, "simulated seconds per real second (default 10)"),
+    ("--duration", float, 600.0, "simulated seconds of telemetry each agent plays (default 600)"),
+    ("--ingest-port", int, 0, "ingest gRPC port on 127.0.0.1 (default: any)"),
+    (
+        "--exit-after",
+        float,
+        0.0,
+        "stop by itself after this many seconds (default: run until Ctrl-C)",
+    ),
+)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=8000, help="port to bind (default 8000)")
     parser.add_argument(
         "--setup-only",
         action="store_true",
@@ -60,24 +74,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="comma-separated simulator scenarios to play (default: the four reference cases "
         "and a healthy job)",
     )
-    parser.add_argument(
-        "--speed", type=float, default=10.0, help="simulated seconds per real second (default 10)"
-    )
-    parser.add_argument(
-        "--duration",
-        type=float,
-        default=600.0,
-        help="simulated seconds of telemetry each agent plays (default 600)",
-    )
-    parser.add_argument(
-        "--ingest-port", type=int, default=0, help="ingest gRPC port on 127.0.0.1 (default: any)"
-    )
-    parser.add_argument(
-        "--exit-after",
-        type=float,
-        default=0.0,
-        help="stop by itself after this many seconds (default: run until Ctrl-C)",
-    )
+    add_number_options(parser, _NUMBER_OPTIONS)
 
 
 def ensure_demo_data() -> dict[str, int]:

@@ -18,6 +18,8 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from contract.cli import NumberOption, add_number_options
+
 log = logging.getLogger(__name__)
 
 
@@ -33,9 +35,28 @@ class Command(BaseCommand):
             raise CommandError(f"ingest server exited with status {code}")
 
 
+_NUMBER_OPTIONS: tuple[NumberOption, ...] = (
+    ("--port", int, 50051, "gRPC port (default 50051)"),
+    ("--workers", int, 1, "server processes (default 1)"),
+    ("--writers", int, 2, "storage writer threads per process"),
+    (
+        "--queue-depth",
+        int,
+        None,
+        "batches queued per process before streams are slowed (default PROOF_INGEST_QUEUE_DEPTH)",
+    ),
+    ("--max-streams", int, 512, "concurrent streams per process"),
+    (
+        "--metrics-port",
+        int,
+        9464,
+        "Prometheus metrics HTTP port (worker i uses port + i; 0 disables)",
+    ),
+)
+
+
 def add_server_arguments(parser: Any) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=50051, help="gRPC port (default 50051)")
     parser.add_argument(
         "--tls-cert", default=None, help="PEM certificate (default: PROOF_INGEST_TLS_CERT)"
     )
@@ -45,23 +66,7 @@ def add_server_arguments(parser: Any) -> None:
         action="store_true",
         help="allow plaintext on a non-loopback address (only behind a TLS-terminating proxy)",
     )
-    parser.add_argument("--workers", type=int, default=1, help="server processes (default 1)")
-    parser.add_argument("--writers", type=int, default=2, help="storage writer threads per process")
-    parser.add_argument(
-        "--queue-depth",
-        type=int,
-        default=None,
-        help="batches queued per process before streams are slowed (default PROOF_INGEST_QUEUE_DEPTH)",
-    )
-    parser.add_argument(
-        "--max-streams", type=int, default=512, help="concurrent streams per process"
-    )
-    parser.add_argument(
-        "--metrics-port",
-        type=int,
-        default=9464,
-        help="Prometheus metrics HTTP port (worker i uses port + i; 0 disables)",
-    )
+    add_number_options(parser, _NUMBER_OPTIONS)
     parser.add_argument("--metrics-host", default="127.0.0.1")
     parser.add_argument("--worker-index", type=int, default=0, help=argparse.SUPPRESS)
 
