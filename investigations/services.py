@@ -24,8 +24,9 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import F, Value
 from django.db.models.functions import Greatest, Least
 
-from ingest.models import Job, JobRank, JobState
-from investigations import notifications, signals
+from ingest import selectors as ingest_selectors
+from ingest.models import TERMINAL_JOB_STATES
+from investigations import live, notifications, pricing, signals
 from investigations.models import (
     GPU_DEGRADING,
     GpuListPrice,
@@ -70,7 +71,6 @@ LOCK_TTL_S = 600.0
 # A verdict revision is kept when the verdict changes in substance: family, category,
 # subject, title or recommendation, or confidence moving by at least this much.
 CONFIDENCE_STEP = 0.05
-TERMINAL_STATES = frozenset({JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED})
 
 
 def _dt(ts: float) -> datetime:
@@ -101,13 +101,7 @@ def note_job_data(
     spans = dict(spans)
     with tenant_context(operator_id):
         if node_spans:
-            running = list(
-                JobRank.objects.for_tenant(operator_id)
-                .filter(node_id__in=list(node_spans))
-                .exclude(job__state__in=list(TERMINAL_STATES))
-                .values_list("job_id", "node_id")
-                .distinct()
-            )
+            running = ingest_selectors.running_jobs_on_nodes(operator_id, node_spans)
             last_seen = dict(
                 JobActivity.objects.for_tenant(operator_id)
                 .filter(job_id__in={job_pk for job_pk, _ in running})
@@ -230,15 +224,13 @@ def evaluate_job(operator_id: int, job_pk: int) -> EvaluationResult:
         if not acquired:
             return EvaluationResult("busy")
         with tenant_context(operator_id):
-            job = Job.objects.for_tenant(operator_id).filter(pk=job_pk).first()
+            job = ingest_selectors.job_by_pk(operator_id, job_pk)
             activity = JobActivity.objects.for_tenant(operator_id).filter(job_id=job_pk).first()
         if job is None or activity is None:
             return EvaluationResult("no_data")
         t1 = activity.last_data_ts
         t0 = max(activity.first_data_ts, t1 - WINDOW_S)
-        ended = job.state in TERMINAL_STATES
-        from investigations import live
-
+        ended = job.state in TERMINAL_JOB_STATES
         window, verdicts = live.detect_job(operator_id, job.job_id, t0, t1)
         usage_through = activity.usage_through_ts
         settle = t1 if ended else t1 - SETTLE_S
@@ -262,8 +254,6 @@ def evaluate_fleet_health(
     with evaluation_lock(f"gpu:{operator_id}:{gpu}") as acquired:
         if not acquired:
             return EvaluationResult("busy")
-        from investigations import live
-
         found = live.detect_gpu(operator_id, gpu, window_s)
         if found is None:
             return EvaluationResult("no_data")
@@ -282,7 +272,8 @@ def _take_write_lock() -> None:
     one that starts by writing waits for the lock (busy timeout) like any writer."""
     if connection.vendor == "sqlite":
         with connection.cursor() as cursor:
-            cursor.execute(f"UPDATE {Incident._meta.db_table} SET id = id WHERE 0")
+            # S608: the table name is the model's own, never input.
+            cursor.execute(f"UPDATE {Incident._meta.db_table} SET id = id WHERE 0")  # noqa: S608
 
 
 # --- incidents ---------------------------------------------------------------------------------
@@ -482,8 +473,6 @@ def account_usage(
 ) -> float | None:
     """Add the window's samples in (through, until] to the job's per-GPU usage; returns the new
     `through`. Runs in the caller's tenant transaction. Formula: investigations/pricing.py."""
-    from investigations import pricing
-
     split = pricing.split_gpu_time(window, after=through, until=until)
     if not split:
         return through
