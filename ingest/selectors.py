@@ -580,6 +580,13 @@ def job_by_pk(operator_id: int, job_pk: int) -> Job | None:
         return Job.objects.for_tenant(operator_id).filter(pk=job_pk).first()
 
 
+def jobs_oldest_first(operator_id: int) -> list[Job]:
+    """Every job of the tenant, oldest first, with its ranks (`job.ranks.all()` is read along:
+    no query per job)."""
+    with tenant_context(operator_id):
+        return list(Job.objects.for_tenant(operator_id).order_by("pk").prefetch_related("ranks"))
+
+
 def job_for(principal: Principal, job_id: str) -> Job:
     """The job `job_id` as `principal` may see it; Http404 otherwise (another tenant's job, or
     another customer's for a customer principal)."""

@@ -169,7 +169,7 @@ def evaluate_live(operator_id: int) -> dict[str, LiveJob]:
     """Evaluate every due job of the operator as the live pipeline does; its jobs and
     incidents from the database, by job id."""
     # The server apps only here: the NodeAgent half of this module runs without Django.
-    from ingest.models import Job, JobRank
+    from ingest import selectors as ingest_selectors
     from investigations import selectors, services, tasks
     from investigations.models import Incident
     from tenants.context import tenant_context
@@ -182,11 +182,11 @@ def evaluate_live(operator_id: int) -> dict[str, LiveJob]:
         assert status in ("evaluated", "no_data"), status
     out: dict[str, LiveJob] = {}
     with tenant_context(operator_id):
-        for job in Job.objects.for_tenant(operator_id).order_by("pk"):
+        for job in ingest_selectors.jobs_oldest_first(operator_id):
             incidents = list(
                 Incident.objects.for_tenant(operator_id).filter(job=job).order_by("pk")
             )
-            ranks = JobRank.objects.for_tenant(operator_id).filter(job=job)
+            ranks = job.ranks.all()
             out[job.job_id] = LiveJob(
                 job.job_id,
                 job.state,

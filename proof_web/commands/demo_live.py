@@ -300,7 +300,7 @@ class LiveDemo:
     # --- summary -----------------------------------------------------------------------------
 
     def summary(self) -> str:
-        from ingest.models import Job
+        from ingest import selectors as ingest_selectors
         from investigations import selectors
         from investigations.models import Incident
         from investigations.tasks import evaluate_job
@@ -315,11 +315,9 @@ class LiveDemo:
                 .order_by("id")
                 .values_list("job__job_id", "family", "category", "state")
             )
-            jobs = list(
-                Job.objects.for_tenant(self.operator_id)
-                .order_by("id")
-                .values_list("pk", "job_id", "kind")
-            )
+        jobs = [
+            (j.pk, j.job_id, j.kind) for j in ingest_selectors.jobs_oldest_first(self.operator_id)
+        ]
         admin = Principal(self.operator_id, None, Role.OPERATOR_ADMIN, True)
         evaluations = self.runner.completed[evaluate_job.name] if self.runner is not None else 0
         lines = [f"proof demo: {evaluations} evaluations; verdicts per job:"]
