@@ -79,10 +79,11 @@ def _raw_fetchall(sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
         connection.ensure_connection()
         with psycopg.Cursor(connection.connection) as raw:
             raw.execute(sql, params)
-            return raw.fetchall()
+            rows: list[tuple[Any, ...]] = raw.fetchall()
+            return rows
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
-        return cursor.fetchall()
+        return list(cursor.fetchall())
 
 
 def _series_of(qs: Any) -> tuple[list[int], set[int]]:

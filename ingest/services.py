@@ -532,7 +532,8 @@ def _end_job_when_every_rank_exited(job_pk: int) -> None:
         return
     exits = []
     for _rank, node_id, pid in ranks:
-        proc = procs.get((node_id, pid))
+        # A rank whose pid was never reported has no process to have exited.
+        proc = procs.get((node_id, pid)) if pid is not None else None
         if proc is None or proc.exited_at is None:
             return
         exits.append(proc)

@@ -117,9 +117,7 @@ def test_spool_cap_drops_oldest_logs_and_reports(ingest: Ingest, tmp_path: Path)
         ingest.start()
         wait_for(lambda: read_spool(tmp_path / "spool").pending_batches == 0, timeout=60)
         with tenant_context(operator):
-            events = Event.objects.for_tenant(operator).filter(  # type: ignore[attr-defined]
-                name=signals.EVENT_SPOOL_DROPPED
-            )
+            events = Event.objects.for_tenant(operator).filter(name=signals.EVENT_SPOOL_DROPPED)
             wait_for(lambda: events.exists(), what="the spool_dropped event stored")
         agent.stop(signal.SIGTERM)
         assert agent.wait(timeout=60) == 0, agent.stderr
@@ -131,11 +129,12 @@ def test_spool_cap_drops_oldest_logs_and_reports(ingest: Ingest, tmp_path: Path)
     dropped = spool.dropped_batches
     assert dropped > 0 and spool.pending_batches == 0
     with tenant_context(operator):
-        events = list(
-            Event.objects.for_tenant(operator).filter(name=signals.EVENT_SPOOL_DROPPED)  # type: ignore[attr-defined]
+        dropped_events = list(
+            Event.objects.for_tenant(operator).filter(name=signals.EVENT_SPOOL_DROPPED)
         )
-    assert sum(int(e.value) for e in events) <= dropped
-    assert max(int(e.labels["dropped_total"]) for e in events) == dropped
+    assert all(e.value is not None for e in dropped_events)
+    assert sum(int(e.value or 0) for e in dropped_events) <= dropped
+    assert max(int(e.labels["dropped_total"]) for e in dropped_events) == dropped
     # Everything still on disk arrived, plus what the transport already held in memory when
     # the spool dropped it from disk — the sender's window (8) and the one batch its pump
     # waits to hand over; nothing twice.
@@ -209,7 +208,7 @@ def test_node_backend_run_from_config_into_ingest(ingest: Ingest, tmp_path: Path
     wait_for(lambda: stored(operator)[0] == report.counts["sample"])
     assert read_spool(tmp_path / "spool").pending_batches == 0
     with tenant_context(operator):
-        assert Node.objects.for_tenant(operator).filter(hostname="config-node").exists()  # type: ignore[attr-defined]
+        assert Node.objects.for_tenant(operator).filter(hostname="config-node").exists()
 
 
 def test_doctor_proves_the_token_against_ingest(ingest: Ingest, tmp_path: Path) -> None:

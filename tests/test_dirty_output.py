@@ -266,7 +266,7 @@ def test_a_tick_of_more_output_than_a_batch_may_hold_is_split_not_refused(
     assert intervals is not None, run.agent.stdout
     # One interval's lines (one time stamp) in 4 batches or more: more batches than intervals.
     with tenant_context(operator):
-        stamps = LogLine.objects.for_tenant(operator).values_list("ts_us", flat=True)  # type: ignore[attr-defined]
+        stamps = LogLine.objects.for_tenant(operator).values_list("ts_us", flat=True)
         assert len(set(stamps)) == 1
     assert len(job_output(1100)) > 120_000
     assert spool.batches >= int(intervals[1]) + 3
@@ -292,9 +292,7 @@ def test_a_refused_batch_goes_to_the_dead_letter_and_the_agent_goes_on(
         wait_for(lambda: len(dead_letter(run.spool_dir)) == 2, what="the second refusal")
         run.write(b"later\n")
         with tenant_context(operator):
-            refused = Event.objects.for_tenant(operator).filter(  # type: ignore[attr-defined]
-                name=signals.EVENT_BATCH_REFUSED
-            )
+            refused = Event.objects.for_tenant(operator).filter(name=signals.EVENT_BATCH_REFUSED)
             wait_for(lambda: refused.count() == 2, what="both refusals reported to ingest")
         wait_for(lambda: stored_lines(operator) == ["later"], what="the agent went on")
         sent, spool = run.finish(status=1)
@@ -424,7 +422,7 @@ def test_a_batch_that_keeps_failing_to_store_is_resent_with_a_growing_backoff(
     assert len(failures) == 4 and len({seq for seq, _ in failures}) == 1
     seq = failures[0][0]
     with tenant_context(operator):
-        receipt = BatchReceipt.objects.for_tenant(operator).get(sequence=seq)  # type: ignore[attr-defined]
+        receipt = BatchReceipt.objects.for_tenant(operator).get(sequence=seq)
     times = [t for _, t in failures] + [receipt.received_at.timestamp()]
     base = inspect.signature(BatchSender).parameters["retry_delay"].default
     for k, (a, b) in enumerate(itertools.pairwise(times)):
