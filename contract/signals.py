@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from contract.names import prefixed
+
 
 class Scope(StrEnum):
     GPU = "gpu"
@@ -174,17 +176,7 @@ EVENT_SPOOL_DROPPED = "spool_dropped"
 # Ingest refused one of the agent's batches (INVALID_ARGUMENT); the agent kept it in its dead
 # letter (`value` = the batch's sequence, `text` = the server's reason).
 EVENT_BATCH_REFUSED = "batch_refused"
-EVENT_NAMES: tuple[str, ...] = (
-    EVENT_XID,
-    EVENT_ECC_DBE,
-    EVENT_THROTTLE,
-    EVENT_LINK_DOWN,
-    EVENT_GPU_LOST,
-    EVENT_COLLECTOR_ERROR,
-    EVENT_PROCESS_GONE,
-    EVENT_SPOOL_DROPPED,
-    EVENT_BATCH_REFUSED,
-)
+EVENT_NAMES: tuple[str, ...] = prefixed(globals(), "EVENT_")  # every EVENT_* above, in order
 
 
 def _spec(name: str, unit: str, scope: Scope, kind: Kind, description: str) -> SignalSpec:

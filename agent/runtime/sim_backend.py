@@ -20,6 +20,7 @@ from typing import Any, Protocol
 import simulator
 from agent.runtime.base import Record
 from contract import signals
+from contract.names import prefixed
 from contract.trace.records import (
     TYPE_EVENT,
     TYPE_EXIT,
@@ -29,24 +30,17 @@ from contract.trace.records import (
     TYPE_SAMPLE,
 )
 
+# One per collector the real agent has, declared in the order the agent polls them: SOURCES is
+# collected from these lines.
+SOURCE_PROCESSES = "sim.processes"
+SOURCE_SCHEDULER = "sim.scheduler"
 SOURCE_NVML = "sim.nvml"
 SOURCE_DCGM = "sim.dcgm"
 SOURCE_EBPF = "sim.ebpf"
-SOURCE_PROCESSES = "sim.processes"
-SOURCE_SCHEDULER = "sim.scheduler"
 SOURCE_LOGS = "sim.logs"
 SOURCE_NODE = "sim.node"
 SOURCE_INFERENCE = "sim.inference"
-SOURCES: tuple[str, ...] = (
-    SOURCE_PROCESSES,
-    SOURCE_SCHEDULER,
-    SOURCE_NVML,
-    SOURCE_DCGM,
-    SOURCE_EBPF,
-    SOURCE_LOGS,
-    SOURCE_NODE,
-    SOURCE_INFERENCE,
-)
+SOURCES: tuple[str, ...] = prefixed(globals(), "SOURCE_")
 _GPU_EVENTS = frozenset(
     (signals.EVENT_XID, signals.EVENT_ECC_DBE, signals.EVENT_THROTTLE, signals.EVENT_GPU_LOST)
 )

@@ -14,7 +14,10 @@ import numpy as np
 import pytest
 
 from contract import signals
+from contract.names import prefixed
 from contract.trace import (
+    RECORD_CLASSES,
+    RECORD_TYPES,
     Event,
     Exit,
     Job,
@@ -297,6 +300,19 @@ def test_reader_streams_in_constant_memory(tmp_path: Path) -> None:
 
 def test_from_dict_ignores_unknown_types() -> None:
     assert from_dict({"type": "hologram", "ts": 1.0}) is None
+
+
+def test_name_tuples_are_collected_from_their_constants() -> None:
+    # RECORD_TYPES is the §5 table's rows (no `meta`), EVENT_NAMES every EVENT_* constant.
+    assert (
+        RECORD_TYPES
+        == tuple(RECORD_CLASSES)
+        == ("sample", "event", "log", "process", "exit", "job")
+    )
+    assert signals.EVENT_NAMES[:2] == (signals.EVENT_XID, signals.EVENT_ECC_DBE)
+    assert signals.EVENT_NAMES[-1] == signals.EVENT_BATCH_REFUSED and len(signals.EVENT_NAMES) == 9
+    namespace = {"A_ONE": "1", "B_TWO": "2", "A_LIST": ("x",), "A_THREE": "3"}
+    assert prefixed(namespace, "A_") == ("1", "3")
 
 
 def validate(path: Path) -> subprocess.CompletedProcess[str]:

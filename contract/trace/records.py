@@ -26,14 +26,6 @@ TYPE_LOG = "log"
 TYPE_PROCESS = "process"
 TYPE_EXIT = "exit"
 TYPE_JOB = "job"
-RECORD_TYPES: tuple[str, ...] = (
-    TYPE_SAMPLE,
-    TYPE_EVENT,
-    TYPE_LOG,
-    TYPE_PROCESS,
-    TYPE_EXIT,
-    TYPE_JOB,
-)
 
 # Identity keys and their JSON types (docs/design.md §3). `job` is a string even for numeric
 # Slurm ids.
@@ -64,6 +56,9 @@ REQUIRED_KEYS: dict[str, tuple[tuple[str, str], ...]] = {
     TYPE_EXIT: (("ts", _NUM), ("node", _STR), ("pid", _INT), ("exit_code", _INT)),
     TYPE_JOB: (("ts", _NUM), ("job", _STR)),
 }
+# The record types a trace's body holds (every type but the `meta` header): those with a row in
+# the §5 table above.
+RECORD_TYPES: tuple[str, ...] = tuple(REQUIRED_KEYS)
 # Optional keys whose type is checked when present (unknown keys are never checked).
 OPTIONAL_KEYS: dict[str, dict[str, str]] = {
     TYPE_SAMPLE: {},
