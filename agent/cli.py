@@ -6,7 +6,6 @@ Subcommands live in their own modules exposing `add_arguments(parser)` and
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 from contract import cli
@@ -25,14 +24,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
-    return cli.build_parser("proof-agent", DESCRIPTION, SUBCOMMANDS)
-
-
 def main(argv: list[str] | None = None) -> int:
-    return cli.dispatch(
-        "proof-agent", DESCRIPTION, SUBCOMMANDS, list(sys.argv[1:] if argv is None else argv)
-    )
+    return cli.dispatch("proof-agent", DESCRIPTION, SUBCOMMANDS, argv)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 # name -> (module, one-line help)
 Subcommands = Mapping[str, tuple[str, str]]
@@ -27,8 +27,12 @@ def build_parser(prog: str, description: str, subcommands: Subcommands) -> argpa
     return parser
 
 
-def dispatch(prog: str, description: str, subcommands: Subcommands, argv: list[str]) -> int:
-    """Run the subcommand `argv[0]` with the rest of argv; 2 for a missing or unknown one."""
+def dispatch(
+    prog: str, description: str, subcommands: Subcommands, argv: Sequence[str] | None = None
+) -> int:
+    """Run the subcommand `argv[0]` with the rest of argv (the command line's by default); 2 for
+    a missing or unknown one."""
+    argv = sys.argv[1:] if argv is None else list(argv)
     if not argv or argv[0] in ("-h", "--help"):
         build_parser(prog, description, subcommands).print_help()
         return 0 if argv else 2

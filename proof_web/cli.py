@@ -7,7 +7,6 @@ Each subcommand lives in its own module exposing `add_arguments(parser)` and
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
@@ -32,15 +31,9 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
-    return cli.build_parser("proof", DESCRIPTION, SUBCOMMANDS)
-
-
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "proof_web.settings")
-    return cli.dispatch(
-        "proof", DESCRIPTION, SUBCOMMANDS, list(sys.argv[1:] if argv is None else argv)
-    )
+    return cli.dispatch("proof", DESCRIPTION, SUBCOMMANDS, argv)
 
 
 if __name__ == "__main__":
