@@ -9,7 +9,7 @@ the database is the same type (docs/design.md §3 for the identity keys they car
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -19,8 +19,13 @@ def labels_key(labels: dict[str, str] | None) -> tuple[tuple[str, str], ...]:
     return tuple(sorted((str(k), str(v)) for k, v in (labels or {}).items()))
 
 
-@dataclass(frozen=True)
-class SeriesInfo:
+class SeriesInfo(NamedTuple):
+    """A series' identity keys (docs/design.md §3) and labels: the key ingest stores a series
+    under and the identity every reader hands on with its samples.
+
+    A tuple because ingest hashes it per series of every batch (its stored series hash is
+    over these fields in this order: append new fields at the end, never reorder)."""
+
     name: str
     node: str
     gpu: str
@@ -28,8 +33,8 @@ class SeriesInfo:
     pid: int | None
     job: str
     rank: int | None
-    labels: tuple[tuple[str, str], ...] = ()  # sorted (key, value) pairs: hashable
     local_rank: int | None = None
+    labels: tuple[tuple[str, str], ...] = ()  # sorted (key, value) pairs: hashable
 
     def label(self, key: str) -> str | None:
         for k, v in self.labels:

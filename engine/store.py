@@ -258,7 +258,7 @@ class TraceStore:
                 ts_arr, val_arr = ts_arr[order], val_arr[order]
             if len(ts_arr):
                 lo, hi = min(lo, float(ts_arr[0])), max(hi, float(ts_arr[-1]))
-            info = SeriesInfo(name, node, gpu, gidx, pid, job, rank, labels)
+            info = SeriesInfo(name, node, gpu, gidx, pid, job, rank, labels=labels)
             idx = len(self._series)
             self._series.append(SeriesData(info, ts_arr, val_arr))
             if job:

@@ -17,11 +17,12 @@ import json
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
 from contract import limits as L
+from contract.rows import SeriesInfo
 from contract.wire import ingest_pb2
 from ingest.storage import MAX_BLOCK_SPAN_MS
 
@@ -86,23 +87,11 @@ class Limits:
         )
 
 
-class SeriesKey(NamedTuple):
-    name: str
-    node: str
-    gpu: str
-    gpu_index: int | None
-    pid: int | None
-    job: str
-    rank: int | None
-    local_rank: int | None
-    labels: tuple[tuple[str, str], ...]
-
-
 @dataclass
 class DecodedBatch:
     agent_id: str
     sequence: int
-    series: list[SeriesKey]
+    series: list[SeriesInfo]
     counts: np.ndarray  # int64 per series
     ts_ms: np.ndarray  # int64 absolute, per sample
     values: np.ndarray  # float64 per sample
@@ -309,7 +298,7 @@ def _decode_samples(
             f"sample_counts add up to {total} but there are {len(batch.ts_ms)} timestamps and "
             f"{len(batch.values)} values",
         )
-    series: list[SeriesKey | None] = []
+    series: list[SeriesInfo | None] = []
     get = strings.get
     flagged = strings.flagged
     bad_series: list[int] = []
@@ -331,7 +320,7 @@ def _decode_samples(
                 strings.checked(sd.name, MAX_NAME, what, "name")
             else:
                 node, gpu, job = get(ident.node, what), get(ident.gpu, what), get(ident.job, what)
-            key = SeriesKey(
+            key = SeriesInfo(
                 name,
                 node,
                 gpu,
@@ -397,7 +386,7 @@ def _check_span(lo: int, hi: int, limits: Limits) -> None:
 
 def _reject_samples(
     out: DecodedBatch,
-    series: list[SeriesKey | None],
+    series: list[SeriesInfo | None],
     counts: np.ndarray,
     series_ok: np.ndarray,
     values: np.ndarray,

@@ -134,7 +134,7 @@ def _fill_infos(qs: Any, ids: list[int]) -> dict[int, SeriesInfo]:
             node = _HOSTNAMES.get(node_id, "") if node_id is not None else ""
             job = _JOB_IDS.get(job_pk, "") if job_pk is not None else ""
             _INFO_CACHE[sid] = (
-                SeriesInfo(name, node, gpu, gidx, pid, job, rank, labels_key(labels), lrank),
+                SeriesInfo(name, node, gpu, gidx, pid, job, rank, lrank, labels_key(labels)),
                 node_id,
             )
     infos: dict[int, SeriesInfo] = {}

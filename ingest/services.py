@@ -22,6 +22,7 @@ import numpy as np
 from django.db import connection, transaction
 from django.db.models import Max, Q
 
+from contract.rows import SeriesInfo
 from ingest import blocks, selectors, signals
 from ingest.models import (
     TERMINAL_JOB_STATES,
@@ -37,7 +38,7 @@ from ingest.models import (
     Series,
     SeriesRollup,
 )
-from ingest.processing import DecodedBatch, SeriesKey
+from ingest.processing import DecodedBatch
 from ingest.storage import (
     BLOCK_TABLE,
     MAX_BLOCK_SPAN_MS,
@@ -85,7 +86,7 @@ def clear_caches() -> None:
     selectors.clear_cache()
 
 
-def series_key_hash(key: SeriesKey) -> str:
+def series_key_hash(key: SeriesInfo) -> str:
     return hashlib.blake2b(repr(tuple(key)).encode("utf-8"), digest_size=16).hexdigest()
 
 
@@ -354,7 +355,7 @@ def _apply_job_record(operator_id: int, job: Job, rec: dict[str, Any]) -> None:
 
 
 def _resolve_series(
-    operator_id: int, keys: list[SeriesKey], node_ids: dict[str, int], job_ids: dict[str, int]
+    operator_id: int, keys: list[SeriesInfo], node_ids: dict[str, int], job_ids: dict[str, int]
 ) -> np.ndarray:
     hashes = [series_key_hash(k) for k in keys]
     ids = [_series_ids.get((operator_id, h)) for h in hashes]

@@ -27,12 +27,12 @@ def _storage(node: str, mount: str, latency: np.ndarray, written: np.ndarray) ->
     labels = (("fstype", "nfs4"), ("mount", mount))
     return [
         SeriesData(
-            SeriesInfo(signals.STORAGE_WRITE_MS, node, "", None, None, "", None, labels),
+            SeriesInfo(signals.STORAGE_WRITE_MS, node, "", None, None, "", None, labels=labels),
             ts,
             latency,
         ),
         SeriesData(
-            SeriesInfo(signals.STORAGE_WRITE_BYTES, node, "", None, None, "", None, labels),
+            SeriesInfo(signals.STORAGE_WRITE_BYTES, node, "", None, None, "", None, labels=labels),
             ts,
             np.cumsum(written),
         ),
@@ -158,7 +158,7 @@ def test_collective_hang_without_ebpf_from_gpu_activity() -> None:
 def _ib(node: str, values: np.ndarray) -> SeriesData:
     labels = (("device", "mlx5_3"), ("port", "1"))
     return SeriesData(
-        SeriesInfo(signals.IB_SYMBOL_ERROR, node, "", None, None, "", None, labels),
+        SeriesInfo(signals.IB_SYMBOL_ERROR, node, "", None, None, "", None, labels=labels),
         T0 + np.arange(N, dtype=float),
         values,
     )
