@@ -42,12 +42,12 @@ class Outcome:
 
 @dataclass
 class FamilyScore:
-    tp: int = 0
-    fp: int = 0
-    fn: int = 0
-    category_ok: int = 0
-    subject_ok: int = 0
-    matched: int = 0
+    tp: int = 0  # runs whose truth is this family that got a verdict of it (once per run)
+    fp: int = 0  # verdicts of this family on runs whose truth is another family, or healthy
+    fn: int = 0  # runs whose truth is this family that got no verdict of it
+    category_ok: int = 0  # matched verdicts with the truth's category (job / infrastructure)
+    subject_ok: int = 0  # matched verdicts naming the truth's subject (job, node, GPU, rank)
+    matched: int = 0  # runs whose truth verdict was found (the base of category/subject)
     delays: list[float] = field(default_factory=list)
     # Matched verdicts of a slowdown/GPU-time family, and those that stated their impact.
     impact_due: int = 0

@@ -55,18 +55,18 @@ JOB_LOG = DATA / "training" / "megatron_lm_core_r0.8.0_gpt3_7b_8gpu.log"
 
 @dataclass
 class NodeBench:
-    gpus: int
-    wall_s: float
-    cpu_s: float
-    ticks: int
-    records: int
-    peak_rss_mib: float
-    series: int = 0
-    samples_acked: int = 0
-    batches_acked: int = 0
-    server_cpu_s: float = 0.0
-    spool_pending: int = 0
-    late_ticks: int = 0
+    gpus: int  # GPUs on the benchmarked node
+    wall_s: float  # how long the agent ran
+    cpu_s: float  # the agent process's CPU time (all threads)
+    ticks: int  # collection intervals run
+    records: int  # records the collectors produced
+    peak_rss_mib: float  # the agent process's peak resident memory
+    series: int = 0  # distinct series, as the loopback ingest received them
+    samples_acked: int = 0  # samples the loopback ingest acknowledged
+    batches_acked: int = 0  # batches the loopback ingest acknowledged
+    server_cpu_s: float = 0.0  # the loopback ingest's CPU time (not counted in cpu_s)
+    spool_pending: int = 0  # batches still in the spool at the end (0: all delivered)
+    late_ticks: int = 0  # intervals that started late (the agent fell behind)
     collectors: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     collector_cpu_s: dict[str, float] = field(default_factory=dict)
