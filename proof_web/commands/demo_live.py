@@ -40,7 +40,7 @@ from typing import IO, Any, TextIO
 
 import simulator
 
-# DESIGN §1's four reference cases, then the healthy control (seed 1 checked to show each).
+# The four reference cases of docs/design.md §1, then the healthy control (seed 1 checked to show each).
 REFERENCE_SCENARIOS: tuple[str, ...] = (
     "sequence_imbalance",
     "checkpoint_stall",
