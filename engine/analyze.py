@@ -32,7 +32,7 @@ from contract.rows import JobMeta, ProcessInfo
 from engine.detectors import run_detectors, run_fleet_health
 from engine.store import TERMINAL_STATES, TraceStore
 from engine.verdicts import build_verdicts
-from engine.window import JobWindow, build_gpu_window, build_job_window
+from engine.window import JobWindow, build_gpu_window, build_job_window, job_span
 
 
 @dataclass
@@ -49,16 +49,28 @@ def analyze_store(store: TraceStore) -> list[dict[str, Any]]:
     return analyze(store).verdicts
 
 
-def analyze(store: TraceStore) -> Analysis:
+def analyze(store: TraceStore, t1: float | None = None) -> Analysis:
+    """Every job's and GPU's verdicts; with `t1`, on the data up to `t1` only (a prefix of the
+    trace, as a live evaluation at `t1` sees it: jobs not yet seen are skipped, windows end at
+    `t1`). Records that describe a job as a whole (its end state) are read as stored."""
     verdicts: list[dict[str, Any]] = []
     faulted_gpus: set[str] = set()
     windows: dict[str, JobWindow] = {}
     for job in sorted(store.jobs()):
-        window = windows[job] = build_job_window(store, job)
+        if t1 is None:
+            window = build_job_window(store, job)
+        else:
+            a, b = job_span(store, job)
+            if a > t1:
+                continue
+            window = build_job_window(store, job, t1=min(b, t1))
+        windows[job] = window
         findings = run_detectors(window)
         faulted_gpus |= {f.subject["gpu"] for f in findings if f.family == "hardware_fault"}
         verdicts.extend(build_verdicts(findings, window))
     lo, hi = store.time_range()
+    if t1 is not None:
+        hi = min(hi, t1)
     for gpu, node, index in store.gpus():
         if gpu in faulted_gpus:
             continue  # the failure already happened: hardware_fault says it

@@ -6,7 +6,12 @@ and recall (scenarios of the family that got it / all). Category accuracy and su
 over matched verdicts; impact = share of matched slowdown/GPU-time verdicts that state their
 slowdown and GPU-hours lost; detection delay = first evidence start of the matched verdict − the
 injected onset (trace seconds); verdicts on healthy controls (should be zero).
-Each trace goes through the real path: simulate → write the trace file → `analyze_trace`.
+Each trace goes through the real path: simulate → write the trace file → read it → `analyze`.
+
+`--time-to-verdict [--prefix-step S]`: per matched run, the trace's prefixes ending at the
+injected onset + k·S (data time) are analyzed as a live evaluation at that moment would be
+(`engine.prefixes`), and onset→verdict = the first prefix end whose verdicts include the truth's
+family − the onset; p50/p90/max per family in data seconds (resolution S).
 """
 
 from __future__ import annotations
@@ -22,8 +27,10 @@ from typing import Any
 import numpy as np
 
 from contract.cli import NumberOption, add_number_options
-from engine.analyze import analyze_trace
+from engine.analyze import analyze
 from engine.detectors.common import GPU_TIME_FAMILIES, SLOWDOWN_FAMILIES
+from engine.prefixes import first_verdict_at
+from engine.store import TraceStore
 from simulator import list_scenarios, simulate
 
 # Families whose detection must land within 30 s of the injected onset (issue 6 targets).
@@ -38,6 +45,10 @@ class Outcome:
     truth: dict[str, Any]
     verdicts: list[dict[str, Any]]
     seconds: float
+    # --time-to-verdict: first prefix end giving the truth's verdict − onset (None: not run, or
+    # no prefix gave it)
+    time_to_verdict: float | None = None
+    prefixes_scanned: bool = False
 
 
 @dataclass
@@ -49,6 +60,9 @@ class FamilyScore:
     subject_ok: int = 0  # matched verdicts naming the truth's subject (job, node, GPU, rank)
     matched: int = 0  # runs whose truth verdict was found (the base of category/subject)
     delays: list[float] = field(default_factory=list)
+    # onset→verdict of matched runs (--time-to-verdict), and matched runs no prefix gave
+    to_verdict: list[float] = field(default_factory=list)
+    to_verdict_missed: int = 0
     # Matched verdicts of a slowdown/GPU-time family, and those that stated their impact.
     impact_due: int = 0
     impact_ok: int = 0
@@ -70,18 +84,32 @@ def subject_matches(truth: dict[str, Any] | None, got: dict[str, Any]) -> bool:
 
 
 def run_one(
-    scenario: str, seed: int, duration: float, nodes: int | None, gpn: int | None, tmp: str
+    scenario: str,
+    seed: int,
+    duration: float,
+    nodes: int | None,
+    gpn: int | None,
+    tmp: str,
+    prefix_step: float | None = None,
 ) -> Outcome:
+    """Simulate, write, read and analyze one run; with `prefix_step`, also its onset→verdict."""
     t0 = time.perf_counter()
     sim = simulate(scenario, seed=seed, duration_s=duration, nodes=nodes, gpus_per_node=gpn)
     path = os.path.join(tmp, f"{scenario}-{seed}.jsonl.gz")
     sim.write(path)
-    with open(os.devnull, "w") as devnull:
-        verdicts = analyze_trace(path, err=devnull)
+    store = TraceStore.from_trace(path)
     os.unlink(path)
-    return Outcome(
-        scenario, seed, dict(sim.meta.get("truth") or {}), verdicts, time.perf_counter() - t0
-    )
+    verdicts = analyze(store).verdicts
+    truth = dict(sim.meta.get("truth") or {})
+    o = Outcome(scenario, seed, truth, verdicts, 0.0)
+    fam, onset = truth.get("family"), truth.get("onset")
+    if prefix_step and fam and onset is not None and fam in {v["family"] for v in verdicts}:
+        start = max(float(onset), store.time_range()[0])
+        at = first_verdict_at(store, fam, start, prefix_step)
+        o.prefixes_scanned = True
+        o.time_to_verdict = None if at is None else at - float(onset)
+    o.seconds = time.perf_counter() - t0
+    return o
 
 
 def impact_stated(v: dict[str, Any]) -> bool:
@@ -122,6 +150,10 @@ def score(outcomes: list[Outcome]) -> tuple[dict[str, FamilyScore], int, int]:
                 if fam in SLOWDOWN_FAMILIES | GPU_TIME_FAMILIES:
                     s.impact_due += 1
                     s.impact_ok += impact_stated(v)
+                if o.time_to_verdict is not None:
+                    s.to_verdict.append(o.time_to_verdict)
+                elif o.prefixes_scanned:
+                    s.to_verdict_missed += 1
                 onset = o.truth.get("onset")
                 cleared_ids = {i for c in v["cleared"] for i in c["evidence"]}
                 own = [e for e in v["evidence"] if e["id"] not in cleared_ids]
@@ -152,6 +184,26 @@ def format_table(fams: dict[str, FamilyScore], healthy_verdicts: int, healthy_ru
     return "\n".join(rows)
 
 
+def format_time_to_verdict(fams: dict[str, FamilyScore], step: float) -> str:
+    """onset→verdict per family: p50/p90/max over matched runs, in data seconds; `missed` =
+    matched runs (verdict on the whole trace) that no prefix gave."""
+    rows = [
+        f"onset→verdict (data s, prefixes every {step:g} s from the onset)",
+        f"{'family':<22} {'p50':>6} {'p90':>6} {'max':>6} {'missed':>6}  n",
+    ]
+    for fam in sorted(fams):
+        s = fams[fam]
+        if not s.matched:
+            continue
+        d = np.array(s.to_verdict)
+        if len(d):
+            p50, p90, mx = (f"{x:6.0f}" for x in (*np.percentile(d, [50, 90]), d.max()))
+        else:
+            p50 = p90 = mx = f"{'-':>6}"
+        rows.append(f"{fam:<22} {p50} {p90} {mx} {s.to_verdict_missed:>6}  {s.matched}")
+    return "\n".join(rows)
+
+
 # The numeric options: flag, type, default, help.
 _NUMBER_OPTIONS: tuple[NumberOption, ...] = (
     ("--seeds", int, 3, "seeds per scenario (default 3)"),
@@ -159,6 +211,7 @@ _NUMBER_OPTIONS: tuple[NumberOption, ...] = (
     ("--nodes", int, 2, "nodes per job (default 2; 0: each scenario's own random size)"),
     ("--gpus-per-node", int, 4, "GPUs per node (default 4; 0: the simulator's 8)"),
     ("--first-seed", int, 0, "first seed (default 0)"),
+    ("--prefix-step", float, 5.0, "with --time-to-verdict: seconds between prefixes (default 5)"),
 )
 
 
@@ -166,6 +219,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_number_options(parser, _NUMBER_OPTIONS)
     parser.add_argument("--scenario", action="append", help="only these scenarios (repeatable)")
     parser.add_argument("--verbose", action="store_true", help="one line per run")
+    parser.add_argument(
+        "--time-to-verdict",
+        action="store_true",
+        help="also analyze growing prefixes from each injected onset: onset→verdict per family",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -182,7 +240,13 @@ def run(args: argparse.Namespace) -> int:
         for name in names:
             for seed in range(args.first_seed, args.first_seed + args.seeds):
                 o = run_one(
-                    name, seed, args.duration, args.nodes or None, args.gpus_per_node or None, tmp
+                    name,
+                    seed,
+                    args.duration,
+                    args.nodes or None,
+                    args.gpus_per_node or None,
+                    tmp,
+                    args.prefix_step if args.time_to_verdict else None,
                 )
                 outcomes.append(o)
                 if args.verbose:
@@ -190,11 +254,15 @@ def run(args: argparse.Namespace) -> int:
                     ok = (o.truth.get("family") in got) if o.truth.get("family") else not got
                     print(
                         f"{'ok ' if ok else 'BAD'} {name:<28} seed={seed} truth="
-                        f"{o.truth.get('family')} got={got} ({o.seconds:.1f}s)",
+                        f"{o.truth.get('family')} got={got} ttv={o.time_to_verdict} "
+                        f"({o.seconds:.1f}s)",
                         file=sys.stderr,
                     )
     fams, hv, hr = score(outcomes)
     print(format_table(fams, hv, hr))
+    if args.time_to_verdict:
+        print()
+        print(format_time_to_verdict(fams, args.prefix_step))
     print(
         f"{len(outcomes)} runs, {args.seeds} seed(s), {args.duration:.0f} s traces, "
         f"{args.nodes or 'random'}x{args.gpus_per_node or 8} GPUs, {time.perf_counter() - t0:.0f} s"

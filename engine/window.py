@@ -425,7 +425,8 @@ def _steps_from_epochs(arr: np.ndarray, end_epochs: list[tuple[float, float]]) -
     arr[need, 1] = est
 
 
-def _job_span(store: SignalStore, job: str) -> tuple[float, float]:
+def job_span(store: SignalStore, job: str) -> tuple[float, float]:
+    """[first, last] time the store saw the job (the trace's range where it has no record)."""
     meta = store.jobs().get(job)
     lo, hi = store.time_range()
     if meta is None:
@@ -439,7 +440,7 @@ def build_job_window(
     store: SignalStore, job: str, t0: float | None = None, t1: float | None = None
 ) -> JobWindow:
     """The job's window; [t0, t1] defaults to the job's whole observed life."""
-    a, b = _job_span(store, job)
+    a, b = job_span(store, job)
     t0 = a if t0 is None else t0
     t1 = b if t1 is None else t1
     meta = store.jobs().get(job) or JobMeta(job=job)
@@ -530,7 +531,7 @@ def build_job_window(
     related_meta: dict[str, JobMeta] = {}
     for other, m in store.jobs().items():
         if other != job and (m.rerun_of == job or meta.rerun_of == other):
-            lo, hi = _job_span(store, other)
+            lo, hi = job_span(store, other)
             related[other] = parse_logs(store.job_logs(other, lo, hi))[0]
             related_meta[other] = m
     window = JobWindow(

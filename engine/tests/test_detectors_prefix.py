@@ -6,20 +6,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engine.detectors import run_detectors
+from engine.prefixes import families_on_prefixes
 from engine.store import TraceStore
-from engine.window import build_job_window
 from simulator import simulate
 
 
 def _families_on_prefixes(path: Path) -> list[set[str]]:
     store = TraceStore.from_trace(path)
     lo, _hi = store.time_range()
-    (job,) = [j for j, role in store.meta["jobs"].items() if role == "primary"]
-    return [
-        {f.family for f in run_detectors(build_job_window(store, job, t1=lo + cut))}
-        for cut in range(40, 310, 10)
-    ]
+    return families_on_prefixes(store, (lo + cut for cut in range(40, 310, 10)))
 
 
 def test_rotating_imbalance_is_never_a_slow_rank_on_any_prefix(tmp_path: Path) -> None:

@@ -3,9 +3,18 @@ verdicts on healthy controls, on hand-made outcomes."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-from engine.evaluation import Outcome, format_table, score, subject_matches
+from engine.evaluation import (
+    Outcome,
+    format_table,
+    format_time_to_verdict,
+    run_one,
+    score,
+    subject_matches,
+)
+from engine.prefixes import prefix_ends
 
 
 def _verdict(family: str, category: str, start: float, **subject: Any) -> dict[str, Any]:
@@ -75,3 +84,19 @@ def test_subject_match_ignores_fields_the_truth_leaves_open() -> None:
     assert not subject_matches(
         truth, {"job": "J", "node": None, "gpu": None, "rank": None, "mount": "/local"}
     )
+
+
+def test_time_to_verdict_is_measured_on_prefixes_from_the_onset(tmp_path: Path) -> None:
+    # a hardware fault's verdict comes with its XID: on the first prefix, at the onset
+    o = run_one("hardware_fault", 0, 300.0, 1, 4, str(tmp_path), prefix_step=5.0)
+    assert o.prefixes_scanned and o.time_to_verdict is not None
+    assert 0.0 <= o.time_to_verdict <= 5.0
+    fams, _hv, _hr = score([o])
+    assert fams["hardware_fault"].to_verdict == [o.time_to_verdict]
+    table = format_time_to_verdict(fams, 5.0)
+    assert "hardware_fault" in table and "p90" in table
+
+
+def test_prefix_ends_cover_the_range_and_end_at_its_end() -> None:
+    assert list(prefix_ends(10.0, 22.0, 5.0)) == [10.0, 15.0, 20.0, 22.0]
+    assert list(prefix_ends(10.0, 20.0, 5.0)) == [10.0, 15.0, 20.0]
