@@ -11,7 +11,10 @@ Each trace goes through the real path: simulate → write the trace file → rea
 `--time-to-verdict [--prefix-step S]`: per matched run, the trace's prefixes ending at the
 injected onset + k·S (data time) are analyzed as a live evaluation at that moment would be
 (`engine.prefixes`), and onset→verdict = the first prefix end whose verdicts include the truth's
-family − the onset; p50/p90/max per family in data seconds (resolution S).
+family − the onset; p50/p90/max per family in data seconds (resolution S). With
+`--prefix-alarms`, every prefix of every run (healthy controls included, ends aligned to the
+onset) is analyzed instead, and a verdict of another family — or of the truth's family before
+its onset — on any prefix is counted as a prefix false alarm: what a live evaluation would open.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ import numpy as np
 from contract.cli import NumberOption, add_number_options
 from engine.analyze import analyze
 from engine.detectors.common import GPU_TIME_FAMILIES, SLOWDOWN_FAMILIES
-from engine.prefixes import first_verdict_at
+from engine.prefixes import families_at, first_verdict_at, prefix_ends
 from engine.store import TraceStore
 from simulator import list_scenarios, simulate
 
@@ -49,6 +52,8 @@ class Outcome:
     # no prefix gave it)
     time_to_verdict: float | None = None
     prefixes_scanned: bool = False
+    # --prefix-alarms: families given wrongly on some prefix
+    prefix_alarms: set[str] = field(default_factory=set)
 
 
 @dataclass
@@ -63,6 +68,7 @@ class FamilyScore:
     # onset→verdict of matched runs (--time-to-verdict), and matched runs no prefix gave
     to_verdict: list[float] = field(default_factory=list)
     to_verdict_missed: int = 0
+    prefix_alarms: int = 0  # runs with a wrong verdict of this family on a prefix
     # Matched verdicts of a slowdown/GPU-time family, and those that stated their impact.
     impact_due: int = 0
     impact_ok: int = 0
@@ -91,8 +97,10 @@ def run_one(
     gpn: int | None,
     tmp: str,
     prefix_step: float | None = None,
+    prefix_alarms: bool = False,
 ) -> Outcome:
-    """Simulate, write, read and analyze one run; with `prefix_step`, also its onset→verdict."""
+    """Simulate, write, read and analyze one run; with `prefix_step`, also its onset→verdict
+    (and with `prefix_alarms` the wrong verdicts of every prefix)."""
     t0 = time.perf_counter()
     sim = simulate(scenario, seed=seed, duration_s=duration, nodes=nodes, gpus_per_node=gpn)
     path = os.path.join(tmp, f"{scenario}-{seed}.jsonl.gz")
@@ -103,7 +111,19 @@ def run_one(
     truth = dict(sim.meta.get("truth") or {})
     o = Outcome(scenario, seed, truth, verdicts, 0.0)
     fam, onset = truth.get("family"), truth.get("onset")
-    if prefix_step and fam and onset is not None and fam in {v["family"] for v in verdicts}:
+    if prefix_step and prefix_alarms:
+        lo, hi = store.time_range()
+        on = float(onset) if onset is not None else None
+        first = lo + ((on - lo) % prefix_step if on is not None and on > lo else prefix_step)
+        matched = fam in {v["family"] for v in verdicts}
+        for t1 in prefix_ends(first, hi, prefix_step):
+            got = families_at(store, t1)
+            late = on is not None and t1 >= on
+            o.prefix_alarms |= got - {fam} if late else got
+            if matched and late and fam in got and o.time_to_verdict is None:
+                o.time_to_verdict = t1 - float(on or 0.0)
+        o.prefixes_scanned = matched
+    elif prefix_step and fam and onset is not None and fam in {v["family"] for v in verdicts}:
         start = max(float(onset), store.time_range()[0])
         at = first_verdict_at(store, fam, start, prefix_step)
         o.prefixes_scanned = True
@@ -126,6 +146,8 @@ def score(outcomes: list[Outcome]) -> tuple[dict[str, FamilyScore], int, int]:
     healthy_verdicts = 0
     healthy_runs = 0
     for o in outcomes:
+        for a in o.prefix_alarms:
+            fams.setdefault(a, FamilyScore()).prefix_alarms += 1
         fam = o.truth.get("family")
         if fam is None:
             healthy_runs += 1
@@ -186,21 +208,24 @@ def format_table(fams: dict[str, FamilyScore], healthy_verdicts: int, healthy_ru
 
 def format_time_to_verdict(fams: dict[str, FamilyScore], step: float) -> str:
     """onset→verdict per family: p50/p90/max over matched runs, in data seconds; `missed` =
-    matched runs (verdict on the whole trace) that no prefix gave."""
+    matched runs (verdict on the whole trace) that no prefix gave; `alarms` = runs with a wrong
+    verdict of the family on some prefix (--prefix-alarms only)."""
     rows = [
         f"onset→verdict (data s, prefixes every {step:g} s from the onset)",
-        f"{'family':<22} {'p50':>6} {'p90':>6} {'max':>6} {'missed':>6}  n",
+        f"{'family':<22} {'p50':>6} {'p90':>6} {'max':>6} {'missed':>6} {'alarms':>6}  n",
     ]
     for fam in sorted(fams):
         s = fams[fam]
-        if not s.matched:
+        if not s.matched and not s.prefix_alarms:
             continue
         d = np.array(s.to_verdict)
         if len(d):
             p50, p90, mx = (f"{x:6.0f}" for x in (*np.percentile(d, [50, 90]), d.max()))
         else:
             p50 = p90 = mx = f"{'-':>6}"
-        rows.append(f"{fam:<22} {p50} {p90} {mx} {s.to_verdict_missed:>6}  {s.matched}")
+        rows.append(
+            f"{fam:<22} {p50} {p90} {mx} {s.to_verdict_missed:>6} {s.prefix_alarms:>6}  {s.matched}"
+        )
     return "\n".join(rows)
 
 
@@ -223,6 +248,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--time-to-verdict",
         action="store_true",
         help="also analyze growing prefixes from each injected onset: onset→verdict per family",
+    )
+    parser.add_argument(
+        "--prefix-alarms",
+        action="store_true",
+        help="with --time-to-verdict: analyze every prefix of every run and count wrong verdicts",
     )
 
 
@@ -247,6 +277,7 @@ def run(args: argparse.Namespace) -> int:
                     args.gpus_per_node or None,
                     tmp,
                     args.prefix_step if args.time_to_verdict else None,
+                    args.prefix_alarms,
                 )
                 outcomes.append(o)
                 if args.verbose:
@@ -255,6 +286,7 @@ def run(args: argparse.Namespace) -> int:
                     print(
                         f"{'ok ' if ok else 'BAD'} {name:<28} seed={seed} truth="
                         f"{o.truth.get('family')} got={got} ttv={o.time_to_verdict} "
+                        f"alarms={sorted(o.prefix_alarms)} "
                         f"({o.seconds:.1f}s)",
                         file=sys.stderr,
                     )
