@@ -1,4 +1,5 @@
 """`proof bench ingest`: the ingest pipeline's throughput, latency, footprint and read speed.
+(The `proof bench` dispatcher is proof_web/commands/bench.py.)
 
 Starts `proof ingest` (real gRPC on loopback, real PostgreSQL with row-level security), then
 --agents simulated agents spread over --agent-processes processes, each a node with 8 GPUs and
@@ -126,7 +127,6 @@ def _agent_process(
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("target", choices=["ingest"], help="what to benchmark")
     parser.add_argument("--duration", type=float, default=60.0, help="seconds of streaming (≥ 60)")
     parser.add_argument("--agents", type=int, default=16, help="simulated agents (nodes)")
     parser.add_argument("--agent-processes", type=int, default=2)

@@ -24,7 +24,11 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "manage": ("proof_web.commands.manage", "run a Django management command"),
     "ingest": ("proof_web.commands.ingest", "run the ingest gRPC server agents stream to"),
     "replay": ("contract.wire.replay", "send a trace to an ingest server as an agent would"),
-    "bench": ("ingest.bench", "benchmarks: `proof bench ingest` (throughput, latency, footprint)"),
+    "bench": (
+        "proof_web.commands.bench",
+        "benchmarks: `proof bench ingest` (throughput, latency, footprint), `proof bench live` "
+        "(onset → verdict delay, detection CPU)",
+    ),
     "analyze": ("engine.analyze", "run the detectors on a trace file, print verdicts"),
     "eval": ("engine.evaluation", "score the detectors on every simulator scenario"),
     "simulate": ("simulator.cli", "write a simulated GPU-fleet trace for a scenario (no database)"),

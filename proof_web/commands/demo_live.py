@@ -91,6 +91,100 @@ class AgentRun:
         return f"exit status {code}: {lines[-1] if lines else 'no output'} ({self.log_path})"
 
 
+def agent_argv(
+    *,
+    scenario: str,
+    seed: int,
+    duration_s: float,
+    speed: float,
+    start_ts: float,
+    server: str,
+    token: str,
+    nodes: int,
+    gpus_per_node: int,
+    node: str | None = None,
+    interval_s: float | None = None,
+) -> list[str]:
+    """The command line of one `proof-agent run --backend sim` playing `scenario` (every node
+    of its simulated run, or only `node`) to the ingest at `server`."""
+    argv = [
+        *agent_command(),
+        "run",
+        "--backend",
+        "sim",
+        "--scenario",
+        scenario,
+        "--seed",
+        str(seed),
+        "--nodes",
+        str(nodes),
+        "--gpus-per-node",
+        str(gpus_per_node),
+        "--duration",
+        f"{duration_s:g}",
+        "--speed",
+        f"{speed:g}",
+        "--start-ts",
+        f"{start_ts:.0f}",
+        "--server",
+        server,
+        "--token",
+        token,
+    ]
+    if node is not None:
+        argv += ["--node", node]
+    if interval_s is not None:
+        argv += ["--interval", f"{interval_s:g}"]
+    return argv
+
+
+def start_agent(scenario: str, node: str, argv: list[str], log_path: Path) -> AgentRun:
+    """Start one agent process, its output (stdout and stderr) into `log_path`."""
+    log = log_path.open("wb")
+    # S603: our own argv (the installed proof-agent, fixed flags), no shell.
+    process = subprocess.Popen(  # noqa: S603
+        argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
+    )
+    return AgentRun(scenario, node, process, log_path, log)
+
+
+def stop_agents(runs: Sequence[AgentRun], timeout: float = AGENT_STOP_S) -> None:
+    """Ask every agent still running to stop (SIGTERM: it ships what it holds), wait for
+    each, kill those that outlive `timeout`; close their logs."""
+    for run in runs:
+        if run.process.poll() is None:
+            run.process.terminate()
+    for run in runs:
+        try:
+            run.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            run.process.kill()
+            run.process.wait()
+        run.log.close()
+
+
+def scenario_nodes(
+    scenario: str,
+    *,
+    seed: int,
+    duration_s: float,
+    nodes: int,
+    gpus_per_node: int,
+    start_ts: float,
+) -> list[str]:
+    """The simulated nodes of the scenario's run (a neighbour or a rerun of the job may add one
+    to the nodes asked for): the agents' own simulator, asked the same way."""
+    run = simulator.simulate(
+        scenario,
+        seed=seed,
+        duration_s=duration_s,
+        nodes=nodes,
+        gpus_per_node=gpus_per_node,
+        start_ts=start_ts,
+    )
+    return [str(node) for node in run.meta.get("nodes") or []]
+
+
 def _print_verdict(out: TextIO, note: Any) -> None:
     v = note.verdict
     subject = ", ".join(f"{k} {val}" for k, val in (v.get("subject") or {}).items() if val)
@@ -176,16 +270,7 @@ class LiveDemo:
         from investigations import notifications
         from investigations.tasks import fan_out_job_evaluations
 
-        for run in self.runs:
-            if run.process.poll() is None:
-                run.process.terminate()
-        for run in self.runs:
-            try:
-                run.process.wait(timeout=AGENT_STOP_S)
-            except subprocess.TimeoutExpired:
-                run.process.kill()
-                run.process.wait()
-            run.log.close()
+        stop_agents(self.runs)
         if self.server is not None:
             self.server.stop(grace=2.0)
         if self.runner is not None:
@@ -239,63 +324,36 @@ class LiveDemo:
         )
         logs = Path(settings.DATA_DIR) / "demo-agents"
         logs.mkdir(parents=True, exist_ok=True)
-        command = agent_command()
         # One start for every agent of a scenario: they play one simulated run, node by node.
         start_ts = float(int(time.time() - self.duration_s))
         for scenario in self.scenarios:
-            for node in self._nodes(scenario, seed, start_ts):
-                argv = [
-                    *command,
-                    "run",
-                    "--backend",
-                    "sim",
-                    "--scenario",
-                    scenario,
-                    "--seed",
-                    str(seed),
-                    "--nodes",
-                    str(AGENT_NODES),
-                    "--gpus-per-node",
-                    str(AGENT_GPUS_PER_NODE),
-                    "--node",
-                    node,
-                    "--duration",
-                    f"{self.duration_s:g}",
-                    "--speed",
-                    f"{self.speed:g}",
-                    "--start-ts",
-                    f"{start_ts:.0f}",
-                    "--server",
-                    f"127.0.0.1:{self.port}",
-                    "--token",
-                    plaintext,
-                ]
-                log_path = logs / f"{scenario}-{node}.log"
-                log = log_path.open("wb")
-                # S603: our own argv (the installed proof-agent, fixed flags), no shell.
-                process = subprocess.Popen(  # noqa: S603
-                    argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
+            for node in scenario_nodes(
+                scenario,
+                seed=seed,
+                duration_s=self.duration_s,
+                nodes=AGENT_NODES,
+                gpus_per_node=AGENT_GPUS_PER_NODE,
+                start_ts=start_ts,
+            ):
+                argv = agent_argv(
+                    scenario=scenario,
+                    seed=seed,
+                    duration_s=self.duration_s,
+                    speed=self.speed,
+                    start_ts=start_ts,
+                    server=f"127.0.0.1:{self.port}",
+                    token=plaintext,
+                    nodes=AGENT_NODES,
+                    gpus_per_node=AGENT_GPUS_PER_NODE,
+                    node=node,
                 )
-                self.runs.append(AgentRun(scenario, node, process, log_path, log))
+                self.runs.append(start_agent(scenario, node, argv, logs / f"{scenario}-{node}.log"))
         rerun = f", seed {seed} (a re-run: new jobs)" if earlier else ""
         self.out.write(
             f"proof demo: {len(self.runs)} simulated agents, one per node, for "
             f"{len(self.scenarios)} scenarios ({', '.join(self.scenarios)}) playing "
             f"{self.duration_s:g} s of telemetry at {self.speed:g}x{rerun}\n"
         )
-
-    def _nodes(self, scenario: str, seed: int, start_ts: float) -> list[str]:
-        """The simulated nodes of the scenario's run (a neighbour or a rerun of the job may
-        add one to the node asked for): the agents' own simulator, asked the same way."""
-        run = simulator.simulate(
-            scenario,
-            seed=seed,
-            duration_s=self.duration_s,
-            nodes=AGENT_NODES,
-            gpus_per_node=AGENT_GPUS_PER_NODE,
-            start_ts=start_ts,
-        )
-        return [str(node) for node in run.meta.get("nodes") or []]
 
     # --- summary -----------------------------------------------------------------------------
 

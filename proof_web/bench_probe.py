@@ -1,0 +1,147 @@
+"""What `proof bench live` measures inside whatever runs the tasks: a `celery worker` process
+(loaded with `--include proof_web.bench_probe`) or the bench's own in-process runner.
+
+Active only where `PROOF_BENCH_PROBE` names a file (or after `install(path)`); it appends one
+JSON line per event, so several worker processes (prefork children included) can share it:
+
+- `{"event": "task", "task", "cpu_s", "wall_s", "args", "pid", "t"}` for every
+  `evaluate_job` / `evaluate_fleet_health` run: CPU time of the thread that ran the task body
+  (`time.thread_time()` at Celery's task_prerun and task_postrun, same thread), wall time;
+- `{"event": "verdict", "kind", "operator", "incident", "job_pk", "family", "data_ts",
+  "evaluated_through_ts", "t"}` for every notification of the hook
+  (investigations.notifications), right after the evaluation that produced it committed:
+  `data_ts` is the job's `JobActivity.last_data_ts` at that moment (data time: how far the
+  job's data had reached when the verdict first existed), for a job-less (fleet-health)
+  incident the latest of the operator's jobs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from typing import Any
+
+from celery import signals
+
+ENV = "PROOF_BENCH_PROBE"
+MEASURED_TASKS = frozenset({"investigations.evaluate_job", "investigations.evaluate_fleet_health"})
+
+_lock = threading.Lock()
+_state: dict[str, Any] = {"path": None, "started": {}, "receiver": None}
+
+
+def _write(event: dict[str, Any]) -> None:
+    path = _state["path"]
+    if path is None:
+        return
+    line = (json.dumps(event, separators=(",", ":")) + "\n").encode()
+    with _lock:
+        # One write of an O_APPEND file per event: lines of concurrent processes never interleave.
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            os.write(fd, line)
+        finally:
+            os.close(fd)
+
+
+def _prerun(sender: Any = None, task_id: str | None = None, **kwargs: Any) -> None:
+    if getattr(sender, "name", None) in MEASURED_TASKS and task_id:
+        _state["started"][task_id] = (time.thread_time(), time.perf_counter())
+
+
+def _postrun(sender: Any = None, task_id: str | None = None, **kwargs: Any) -> None:
+    began = _state["started"].pop(task_id, None)
+    if began is None:
+        return
+    cpu0, wall0 = began
+    _write(
+        {
+            "event": "task",
+            "task": sender.name,
+            "cpu_s": time.thread_time() - cpu0,
+            "wall_s": time.perf_counter() - wall0,
+            "args": list(kwargs.get("args") or ()),
+            "pid": os.getpid(),
+            "t": time.time(),
+        }
+    )
+
+
+def _on_verdict(note: Any) -> None:
+    from django.db.models import Max
+
+    from investigations.models import Incident, JobActivity
+    from tenants.context import tenant_context
+
+    with tenant_context(note.operator_id):
+        job_pk = (
+            Incident.objects.for_tenant(note.operator_id)
+            .filter(pk=note.incident_id)
+            .values_list("job_id", flat=True)
+            .first()
+        )
+        activity = JobActivity.objects.for_tenant(note.operator_id)
+        if job_pk is not None:
+            row = activity.filter(job_id=job_pk).first()
+            data_ts = row.last_data_ts if row is not None else None
+            through = row.evaluated_through_ts if row is not None else None
+        else:
+            data_ts = activity.aggregate(m=Max("last_data_ts"))["m"]
+            through = None
+    _write(
+        {
+            "event": "verdict",
+            "kind": note.kind,
+            "operator": note.operator_id,
+            "incident": note.incident_id,
+            "job_pk": job_pk,
+            "family": note.family,
+            "data_ts": data_ts,
+            "evaluated_through_ts": through,
+            "t": time.time(),
+        }
+    )
+
+
+def install(path: str) -> None:
+    """Start recording into `path` in this process (idempotent)."""
+    from investigations import notifications
+
+    _state["path"] = path
+    if _state["receiver"] is None:
+        signals.task_prerun.connect(_prerun, weak=False)
+        signals.task_postrun.connect(_postrun, weak=False)
+        _state["receiver"] = notifications.subscribe(_on_verdict)
+
+
+def uninstall() -> None:
+    from investigations import notifications
+
+    if _state["receiver"] is not None:
+        signals.task_prerun.disconnect(_prerun)
+        signals.task_postrun.disconnect(_postrun)
+        notifications.unsubscribe(_state["receiver"])
+        _state["receiver"] = None
+    _state["path"] = None
+    _state["started"].clear()
+
+
+def read(path: str) -> list[dict[str, Any]]:
+    try:
+        with open(path) as f:
+            return [json.loads(line) for line in f if line.strip()]
+    except FileNotFoundError:
+        return []
+
+
+def _in_worker(**kwargs: Any) -> None:
+    """A `celery worker` started with this module included (and each of its prefork
+    children): record there when PROOF_BENCH_PROBE names the file."""
+    if os.environ.get(ENV):
+        install(os.environ[ENV])
+
+
+signals.worker_init.connect(_in_worker, weak=False)
+signals.worker_process_init.connect(_in_worker, weak=False)

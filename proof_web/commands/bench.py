@@ -1,0 +1,35 @@
+"""`proof bench TARGET`: the benchmarks, one module each.
+
+- `proof bench ingest` (ingest/bench.py): ingest throughput, ack latency, footprint, reads.
+- `proof bench live` (proof_web/commands/bench_live.py): onset → verdict delay per detector
+  family through the whole live path, and the detection CPU per 1,000 GPUs.
+
+Each target's module adds its own options (`add_arguments`) and runs (`run`); neither sets
+Django up before it runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+
+# target -> (module, one-line help)
+TARGETS: dict[str, tuple[str, str]] = {
+    "ingest": ("ingest.bench", "ingest throughput, ack latency, bytes per sample, read speed"),
+    "live": (
+        "proof_web.commands.bench_live",
+        "onset → verdict delay per family through agents, ingest and workers; detection CPU",
+    ),
+}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="target", metavar="TARGET", required=True)
+    for name, (module_path, help_text) in TARGETS.items():
+        target = sub.add_parser(name, help=help_text, description=help_text)
+        importlib.import_module(module_path).add_arguments(target)
+
+
+def run(args: argparse.Namespace) -> int:
+    module = importlib.import_module(TARGETS[args.target][0])
+    return int(module.run(args) or 0)

@@ -1,0 +1,585 @@
+"""`proof bench live`: how long from a fault's onset to its verdict, and what detection costs.
+
+Plays one simulator scenario per detector family (the one whose ground truth is that family)
+and the healthy controls through the real path — `proof-agent run --backend sim` processes
+(proof_web/commands/demo_live.py starts them) → gRPC → ingest (in this process) →
+`batch_stored` → the debounced `evaluate_job` and the schedule's fan-outs → incidents in the
+database — at `--speed` (simulated seconds per real second), once per seed (`--seeds`), each
+(scenario, seed) in an operator of its own so nothing of one run can reach another's verdicts.
+
+Where the tasks run is the settings' choice (proof_web/settings.py `TASKS_IN_PROCESS`): with
+REDIS_URL and PROOF_ENV other than test, `--workers` real `celery -A proof_web.celery:app
+worker` processes and one `celery beat` (the production layout, on the production schedule);
+otherwise the embedded default's in-process runner (proof_web/runner.py). The output says which.
+Both record through proof_web/bench_probe.py (loaded into the workers with `--include`).
+
+Printed per family, over seeds:
+- **delay (data s)**: truth onset (`meta.truth.onset`, data time) → the data time at which the
+  verdict first existed: the job's `JobActivity.last_data_ts` when the evaluation that created
+  the incident committed (the notification hook). p50, p90, max. At `--speed S` the pipeline's
+  own waits (the 10 s debounce countdown, the 15 s fan-out, the worker) are wall time, so they
+  count S× in data seconds: `--speed 1` gives what an operator sees. The wall column is the
+  real seconds from the moment the agent played the onset to the verdict.
+- verdicts found only by the end-of-run sweep (one last job and fleet-health fan-out after the
+  agents stopped, as `proof demo` does) are marked `*`: fleet health (`gpu_degrading`) runs every
+  600 s of wall time, longer than a short run.
+- missed faults (no incident of the truth's family by the end) and the controls' verdicts
+  (any incident on a healthy control: must be 0).
+- **detection CPU**: thread CPU time of the `evaluate_job` / `evaluate_fleet_health` task bodies
+  (Celery task_prerun → task_postrun) per data second played = cores; × 1000 / GPUs played =
+  cores per 1,000 GPUs; and CPU per GPU per evaluation.
+
+`--fleet-gpus N`: instead, N GPUs (8 a node) as `--fleet-agents` agent processes each playing a
+multi-node run of a scenario (families and healthy jobs in turn), to measure detection CPU and
+evaluations per second at that scale.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import simulator
+from contract.cli import NumberOption, add_number_options
+from proof_web import bench_probe
+from proof_web.commands.demo_live import (
+    AgentRun,
+    agent_argv,
+    start_agent,
+    stop_agents,
+)
+from simulator.scenarios import list_scenarios
+
+JOB_TASK = "investigations.evaluate_job"
+FLEET_TASK = "investigations.evaluate_fleet_health"
+FAN_OUT_JOBS = "investigations.fan_out_job_evaluations"
+FAN_OUT_FLEET = "investigations.fan_out_fleet_health"
+FLEET_GPUS_PER_NODE = 8
+# After the agents stop: what the debounce countdown (10 s) still holds, then the final sweep.
+COUNTDOWN_WAIT_S = 12.0
+DRAIN_TIMEOUT_S = 300.0
+
+_NUMBER_OPTIONS: tuple[NumberOption, ...] = (
+    ("--seeds", int, 2, "seeds per scenario (default 2)"),
+    ("--first-seed", int, 1, "first seed (default 1)"),
+    ("--speed", float, 10.0, "simulated seconds per real second (default 10)"),
+    ("--duration", float, 600.0, "simulated seconds each agent plays (default 600)"),
+    ("--nodes", int, 1, "nodes per scenario run (default 1; a neighbour job may add one)"),
+    ("--gpus-per-node", int, 4, "GPUs per node (default 4)"),
+    (
+        "--interval",
+        float,
+        0.0,
+        "agent collection interval in simulated s (default: --speed, one batch per real second)",
+    ),
+    ("--workers", int, 1, "celery worker processes when tasks go to Redis (default 1)"),
+    ("--concurrency", int, 2, "task slots per worker (default 2)"),
+    ("--fleet-gpus", int, 0, "fleet mode: this many GPUs (default 0: the fault benchmark)"),
+    ("--fleet-agents", int, 5, "fleet mode: agent processes (default 5)"),
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_number_options(parser, _NUMBER_OPTIONS)
+    parser.add_argument(
+        "--families",
+        default="",
+        help="comma-separated detector families to play (default: every family)",
+    )
+    parser.add_argument(
+        "--no-controls", action="store_true", help="play no healthy control scenarios"
+    )
+
+
+# --- what to play ------------------------------------------------------------------------------
+
+
+def family_scenarios() -> dict[str, str]:
+    """Each family → the scenario that plays it: the one named after it, else the first whose
+    truth is that family."""
+    chosen: dict[str, str] = {}
+    for info in list_scenarios():
+        if info.family and (info.family not in chosen or info.name == info.family):
+            chosen[info.family] = info.name
+    return dict(sorted(chosen.items()))
+
+
+def control_scenarios() -> list[str]:
+    return [info.name for info in list_scenarios() if info.family is None]
+
+
+@dataclass
+class Play:
+    """One scenario run of one seed, in an operator of its own."""
+
+    scenario: str
+    family: str | None  # the truth's family; None for a control
+    seed: int
+    nodes: int
+    gpus_per_node: int
+    operator_id: int = 0
+    token: str = ""
+    onset: float | None = None
+    gpus: int = 0
+    agent: AgentRun | None = None
+    start_ts: float = 0.0  # data time the agent starts playing at
+    played_from_wall: float = 0.0  # wall time at which the agent's clock was at start_ts
+
+
+@dataclass
+class Outcome:
+    family: str
+    seed: int
+    delay_s: float | None = None  # data seconds, onset → verdict
+    wall_s: float | None = None  # real seconds, onset played → verdict
+    swept: bool = False  # found only by the end-of-run sweep
+    wrong: list[str] = field(default_factory=list)  # other families' verdicts on this run
+
+
+# --- where the tasks run -----------------------------------------------------------------------
+
+
+class Tasks:
+    """The in-process runner, or real `celery worker` + `celery beat` processes on Redis."""
+
+    def __init__(self, probe: str, workers: int, concurrency: int, logs: Path) -> None:
+        from proof_web.runner import TaskRunner, in_process
+
+        self.probe = probe
+        self.runner: Any = None
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.in_process = in_process()
+        if self.in_process:
+            bench_probe.install(probe)
+            self.runner = TaskRunner(concurrency=concurrency)
+            self.runner.start()
+            self.describe = (
+                f"in-process runner (proof_web/runner.py: {concurrency} worker threads, the "
+                "schedule's periodic tasks), not worker processes: tasks go to the in-process "
+                "broker here (TASKS_IN_PROCESS: no REDIS_URL, or PROOF_ENV=test)"
+            )
+            return
+        env = dict(os.environ, PROOF_BENCH_PROBE=probe)
+        celery = [sys.executable, "-m", "celery", "-A", "proof_web.celery:app"]
+        self.app().control.purge()  # what an earlier run left queued is nobody's now
+        for i in range(workers):
+            argv = [
+                *celery,
+                "worker",
+                "--include",
+                "proof_web.bench_probe",
+                "--concurrency",
+                str(concurrency),
+                "--pool",
+                "prefork",
+                "--loglevel",
+                "WARNING",
+                "--without-gossip",
+                "--without-mingle",
+                "-n",
+                f"bench-{os.getpid()}-{i}@%h",
+            ]
+            self.procs.append(self._spawn(argv, env, logs / f"worker-{i}.log"))
+        beat = [
+            *celery,
+            "beat",
+            "--loglevel",
+            "WARNING",
+            "--schedule",
+            str(logs / "celerybeat-schedule"),
+        ]
+        self.procs.append(self._spawn(beat, env, logs / "beat.log"))
+        self.describe = (
+            f"{workers} celery worker process(es) × {concurrency} (prefork) and celery beat on "
+            "Redis, the production schedule"
+        )
+
+    @staticmethod
+    def app() -> Any:
+        from proof_web.celery import app
+
+        return app
+
+    @staticmethod
+    def _spawn(argv: list[str], env: dict[str, str], log_path: Path) -> subprocess.Popen[bytes]:
+        log = log_path.open("wb")
+        # S603: this interpreter's celery with fixed arguments, no shell.
+        return subprocess.Popen(  # noqa: S603
+            argv, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
+        )
+
+    def sweep(self) -> None:
+        """One last job and fleet-health fan-out, then wait until everything ran."""
+        if self.runner is not None:
+            names = [p.name for p in self.runner.plan if p.task in (FAN_OUT_JOBS, FAN_OUT_FLEET)]
+            self.runner.wait_idle(COUNTDOWN_WAIT_S + 60)
+            self.runner.send_now(names)
+            self.runner.wait_idle(DRAIN_TIMEOUT_S)
+            return
+        time.sleep(COUNTDOWN_WAIT_S)
+        app = self.app()
+        for name in (FAN_OUT_JOBS, FAN_OUT_FLEET):
+            app.tasks[name].delay()
+        self._drain()
+
+    def _drain(self) -> None:
+        """Until the queue is empty and no worker runs or holds a task, twice in a row."""
+        inspect = self.app().control.inspect(timeout=2.0)
+        deadline = time.monotonic() + DRAIN_TIMEOUT_S
+        calm = 0
+        while calm < 2 and time.monotonic() < deadline:
+            time.sleep(1.0)
+            with self.app().connection_for_write() as conn:
+                # The Redis transport keeps the default queue as the list "celery".
+                queued = int(conn.default_channel.client.llen("celery"))
+            active = inspect.active() or {}
+            reserved = inspect.reserved() or {}
+            scheduled = inspect.scheduled() or {}
+            busy = sum(len(v) for d in (active, reserved, scheduled) for v in d.values())
+            calm = calm + 1 if queued == 0 and busy == 0 else 0
+
+    def stop(self) -> None:
+        if self.runner is not None:
+            self.runner.stop()
+            bench_probe.uninstall()
+        for proc in self.procs:
+            proc.terminate()
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+# --- the run -----------------------------------------------------------------------------------
+
+
+def _operator(run_id: str, label: str) -> tuple[int, str]:
+    from tenants import services as tenant_services
+
+    slug = f"bench-live-{run_id}-{label}"[:50].rstrip("-").replace("_", "-")
+    operator, _admin = tenant_services.do_create_operator(
+        name=f"Bench live {run_id} {label}",
+        slug=slug,
+        admin_username=slug,
+        admin_email="bench@example.invalid",
+        admin_password=os.urandom(16).hex(),
+    )
+    _token, plaintext = tenant_services.do_create_agent_token(operator.pk, name="bench live")
+    return operator.pk, plaintext
+
+
+def _play_wave(
+    plays: Sequence[Play], args: argparse.Namespace, port: int, logs: Path, tasks: Tasks
+) -> tuple[float, float]:
+    """Start every play's agent (one process playing all its nodes), wait for them, sweep.
+    Returns (wall time the agents started, wall time they all stopped)."""
+    start_ts = float(int(time.time() - args.duration))
+    interval = args.interval or (args.speed if math.isfinite(args.speed) else 1.0)
+    for play in plays:
+        run = simulator.simulate(
+            play.scenario,
+            seed=play.seed,
+            duration_s=args.duration,
+            nodes=play.nodes,
+            gpus_per_node=play.gpus_per_node,
+            start_ts=start_ts,
+        )
+        truth = run.meta.get("truth") or {}
+        play.start_ts = start_ts
+        play.onset = float(truth["onset"]) if truth.get("onset") is not None else None
+        play.gpus = len(run.meta.get("nodes") or []) * play.gpus_per_node
+    began = time.time()
+    for play in plays:
+        argv = agent_argv(
+            scenario=play.scenario,
+            seed=play.seed,
+            duration_s=args.duration,
+            speed=args.speed,
+            start_ts=start_ts,
+            server=f"127.0.0.1:{port}",
+            token=play.token,
+            nodes=play.nodes,
+            gpus_per_node=play.gpus_per_node,
+            interval_s=interval,
+        )
+        # The agent's clock starts at start_ts when its process is up (~1 s after Popen).
+        play.played_from_wall = time.time()
+        play.agent = start_agent(
+            play.scenario, "all", argv, logs / f"{play.scenario}-{play.seed}.log"
+        )
+    limit = args.duration / args.speed + 120 if args.speed > 0 else 600
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline and any(
+        p.agent is not None and p.agent.process.poll() is None for p in plays
+    ):
+        time.sleep(0.5)
+    stop_agents([p.agent for p in plays if p.agent is not None])
+    ended = time.time()
+    tasks.sweep()
+    return began, ended
+
+
+def _percentiles(values: Sequence[float]) -> str:
+    if not values:
+        return f"{'-':>7} {'-':>7} {'-':>7}"
+    arr = np.array(values, dtype=float)
+    p50, p90 = np.percentile(arr, [50, 90])
+    return f"{p50:7.0f} {p90:7.0f} {arr.max():7.0f}"
+
+
+def _incidents(operator_id: int) -> list[tuple[int, str]]:
+    from investigations.models import Incident
+    from tenants.context import tenant_context
+
+    with tenant_context(operator_id):
+        return list(
+            Incident.objects.for_tenant(operator_id).order_by("pk").values_list("pk", "family")
+        )
+
+
+def _gpus_per_job(operator_ids: Sequence[int]) -> dict[tuple[int, int], int]:
+    from investigations.models import JobGpuUsage
+    from tenants.context import tenant_context
+
+    counts: dict[tuple[int, int], int] = defaultdict(int)
+    for op in operator_ids:
+        with tenant_context(op):
+            for job_pk in JobGpuUsage.objects.for_tenant(op).values_list("job_id", flat=True):
+                counts[(op, job_pk)] += 1
+    return counts
+
+
+def _cpu_lines(
+    events: Sequence[dict[str, Any]],
+    data_s: float,
+    gpus: int,
+    gpus_per_job: dict[tuple[int, int], int],
+    wall_s: float,
+) -> list[str]:
+    tasks = [e for e in events if e["event"] == "task"]
+    jobs = [e for e in tasks if e["task"] == JOB_TASK]
+    fleet = [e for e in tasks if e["task"] == FLEET_TASK]
+    cpu_jobs = sum(e["cpu_s"] for e in jobs)
+    cpu_fleet = sum(e["cpu_s"] for e in fleet)
+    cores = (cpu_jobs + cpu_fleet) / data_s if data_s else float("nan")
+    per_1000 = cores * 1000 / gpus if gpus else float("nan")
+    per_gpu_eval = [
+        e["cpu_s"] / gpus_per_job[(e["args"][0], e["args"][1])]
+        for e in jobs
+        if len(e["args"]) >= 2 and gpus_per_job.get((e["args"][0], e["args"][1]))
+    ]
+    lines = [
+        f"detection CPU: evaluate_job {len(jobs)} runs {cpu_jobs:.1f} s CPU "
+        f"({(cpu_jobs / len(jobs) * 1000) if jobs else 0:.0f} ms each), evaluate_fleet_health "
+        f"{len(fleet)} runs {cpu_fleet:.1f} s CPU, over {data_s:,.0f} data s of {gpus} GPUs",
+        f"  = {cores:.4f} cores at {gpus} GPUs → {per_1000:.3f} cores per 1,000 GPUs "
+        "(CPU s per data s, × 1000 / GPUs)",
+    ]
+    if per_gpu_eval:
+        lines.append(
+            f"  CPU per GPU per evaluate_job: median {np.median(per_gpu_eval) * 1000:.1f} ms, "
+            f"p90 {np.percentile(per_gpu_eval, 90) * 1000:.1f} ms"
+        )
+    if wall_s > 0:
+        lines.append(
+            f"  evaluations per second: {(len(jobs) + len(fleet)) / wall_s:.2f} "
+            f"({len(jobs) + len(fleet)} in {wall_s:.0f} s wall)"
+        )
+    return lines
+
+
+def run(args: argparse.Namespace) -> int:
+    import django
+
+    django.setup()
+    from django.conf import settings
+    from django.core.management import call_command
+
+    from ingest.server import IngestServer
+
+    if args.speed <= 0 or not math.isfinite(args.speed):
+        print("proof bench live: --speed must be a positive number", file=sys.stderr)
+        return 2
+    if not settings.IS_POSTGRES:
+        call_command("migrate", interactive=False, verbosity=0)  # the embedded SQLite
+    by_family = family_scenarios()
+    wanted = [f.strip() for f in args.families.split(",") if f.strip()] or list(by_family)
+    unknown = [f for f in wanted if f not in by_family]
+    if unknown:
+        print(
+            f"proof bench live: unknown family(ies) {', '.join(unknown)}; known: "
+            + ", ".join(by_family),
+            file=sys.stderr,
+        )
+        return 2
+    run_id = f"{int(time.time())}"
+    work = Path(tempfile.mkdtemp(prefix="proof-bench-live-"))
+    probe = str(work / "probe.jsonl")
+    tasks = Tasks(probe, args.workers, args.concurrency, work)
+    server = IngestServer("127.0.0.1", 0)
+    port = server.start()
+    print(f"proof bench live: tasks: {tasks.describe}", flush=True)
+    print(f"proof bench live: ingest on 127.0.0.1:{port}, agent logs in {work}", flush=True)
+    try:
+        if args.fleet_gpus > 0:
+            return _fleet(args, by_family, run_id, port, work, tasks)
+        return _faults(args, by_family, wanted, run_id, port, work, tasks)
+    finally:
+        server.stop(grace=2.0)
+        tasks.stop()
+
+
+def _faults(
+    args: argparse.Namespace,
+    by_family: dict[str, str],
+    wanted: Sequence[str],
+    run_id: str,
+    port: int,
+    work: Path,
+    tasks: Tasks,
+) -> int:
+    controls = [] if args.no_controls else control_scenarios()
+    outcomes: list[Outcome] = []
+    false_verdicts: list[tuple[str, int, str]] = []
+    all_plays: list[Play] = []
+    data_s = 0.0
+    wall_s = 0.0
+    for seed in range(args.first_seed, args.first_seed + args.seeds):
+        plays = [Play(by_family[f], f, seed, args.nodes, args.gpus_per_node) for f in wanted] + [
+            Play(c, None, seed, args.nodes, args.gpus_per_node) for c in controls
+        ]
+        for play in plays:
+            play.operator_id, play.token = _operator(run_id, f"{play.scenario}-{seed}")
+        print(
+            f"proof bench live: seed {seed}: {len(plays)} agent processes "
+            f"({len(wanted)} families, {len(controls)} controls) playing {args.duration:g} s "
+            f"at {args.speed:g}x",
+            flush=True,
+        )
+        began, ended = _play_wave(plays, args, port, work, tasks)
+        wall_s += time.time() - began
+        data_s += args.duration
+        events = bench_probe.read(tasks.probe)
+        first_new: dict[int, dict[str, Any]] = {}
+        for e in events:
+            if e["event"] == "verdict" and e["kind"] == "new":
+                first_new.setdefault(int(e["incident"]), e)
+        for play in plays:
+            all_plays.append(play)
+            incidents = _incidents(play.operator_id)
+            if play.family is None:
+                false_verdicts += [(play.scenario, seed, fam) for _pk, fam in incidents]
+                continue
+            out = Outcome(play.family, seed)
+            out.wrong = sorted({fam for _pk, fam in incidents if fam != play.family})
+            mine = [first_new.get(pk) for pk, fam in incidents if fam == play.family]
+            found = sorted((e for e in mine if e is not None), key=lambda e: float(e["t"]))
+            if found and play.onset is not None and found[0].get("data_ts") is not None:
+                first = found[0]
+                out.delay_s = float(first["data_ts"]) - play.onset
+                onset_wall = play.played_from_wall + (play.onset - play.start_ts) / args.speed
+                out.wall_s = float(first["t"]) - onset_wall
+                out.swept = float(first["t"]) > ended
+            elif [pk for pk, fam in incidents if fam == play.family]:
+                out.delay_s = None  # found, but the hook's record is missing
+            outcomes.append(out)
+    print(
+        f"\nonset → verdict, data seconds (p50 p90 max over {args.seeds} seed(s)), "
+        f"--speed {args.speed:g}, {args.duration:g} s runs, {args.nodes}×{args.gpus_per_node} GPUs"
+    )
+    print(f"{'family':<22} {'scenario':<22} {'p50':>7} {'p90':>7} {'max':>7}  wall p50  found")
+    missed_total = 0
+    for family in wanted:
+        rows = [o for o in outcomes if o.family == family]
+        delays = [o.delay_s for o in rows if o.delay_s is not None]
+        walls = [o.wall_s for o in rows if o.wall_s is not None]
+        missed = len(rows) - len(delays)
+        missed_total += missed
+        swept = "*" if any(o.swept for o in rows if o.delay_s is not None) else " "
+        wall = f"{np.median(walls):8.1f}" if walls else f"{'-':>8}"
+        print(
+            f"{family:<22} {by_family[family]:<22} {_percentiles(delays)}{swept} {wall}  "
+            f"{len(delays)}/{len(rows)}"
+        )
+    print("  * found by the end-of-run sweep (after the agents stopped), not while data arrived")
+    print(f"missed faults: {missed_total} of {len(outcomes)}")
+    other = [(o.family, o.seed, w) for o in outcomes for w in o.wrong]
+    if other:
+        print(
+            "other families' verdicts on fault runs: "
+            + ", ".join(f"{w} on {f} (seed {s})" for f, s, w in other)
+        )
+    print(
+        f"controls' false verdicts: {len(false_verdicts)} on "
+        f"{len(controls) * args.seeds} control run(s)"
+        + (
+            ""
+            if not false_verdicts
+            else ": " + ", ".join(f"{f} on {c}" for c, _s, f in false_verdicts)
+        )
+    )
+    events = bench_probe.read(tasks.probe)
+    gpus = sum(p.gpus for p in all_plays) // max(args.seeds, 1)
+    per_job = _gpus_per_job([p.operator_id for p in all_plays])
+    for line in _cpu_lines(events, data_s, gpus, per_job, wall_s):
+        print(line)
+    agent_errors = [p.agent.error for p in all_plays if p.agent is not None and p.agent.error]
+    for error in agent_errors:
+        print(f"agent failed: {error}")
+    return 1 if agent_errors else 0
+
+
+def _fleet(
+    args: argparse.Namespace,
+    by_family: dict[str, str],
+    run_id: str,
+    port: int,
+    work: Path,
+    tasks: Tasks,
+) -> int:
+    nodes_total = max(1, math.ceil(args.fleet_gpus / FLEET_GPUS_PER_NODE))
+    agents = max(1, min(args.fleet_agents, nodes_total))
+    mix = ["healthy_training", *by_family.values()]
+    plays = [
+        Play(
+            mix[i % len(mix)],
+            None,
+            args.first_seed + i // len(mix),
+            nodes_total // agents + (1 if i < nodes_total % agents else 0),
+            FLEET_GPUS_PER_NODE,
+        )
+        for i in range(agents)
+    ]
+    operator_id, token = _operator(run_id, "fleet")
+    for play in plays:
+        play.operator_id, play.token = operator_id, token
+    print(
+        f"proof bench live: fleet: {nodes_total} nodes × {FLEET_GPUS_PER_NODE} GPUs as {agents} "
+        f"agent processes ({', '.join(f'{p.scenario} {p.nodes} nodes' for p in plays)}), "
+        f"{args.duration:g} s at {args.speed:g}x",
+        flush=True,
+    )
+    began, _ended = _play_wave(plays, args, port, work, tasks)
+    wall_s = time.time() - began
+    events = bench_probe.read(tasks.probe)
+    gpus = sum(p.gpus for p in plays)
+    for line in _cpu_lines(events, args.duration, gpus, _gpus_per_job([operator_id]), wall_s):
+        print(line)
+    errors = [p.agent.error for p in plays if p.agent is not None and p.agent.error]
+    for error in errors:
+        print(f"agent failed: {error}")
+    return 1 if errors else 0
