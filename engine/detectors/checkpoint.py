@@ -26,7 +26,11 @@ from engine.window import JobWindow
 MIN_STALL_S = 10.0
 MIN_STALL_STEPS = 5.0
 # Saves must cost ≥ 5% of the job's wall time: below that, checkpointing is a normal overhead
-# (the usual guidance keeps checkpoint overhead at a few percent).
+# (the usual guidance keeps checkpoint overhead at a few percent). The wall time is the stalled
+# saves' own checkpoint cycles — from the save before the first stall (or the window's start)
+# to the end of the last stall — not the whole window: over a window the share shrank with the
+# window's length, so a mount that turned slow in hour 9 of a 10-hour job waited for many slow
+# saves (or never got a verdict). The cycle is what one save costs, whatever the window.
 MIN_LOST_FRACTION = 0.05
 # Storage must look at fault: write latency during saves ≥ 10× the mount's own latency outside
 # saves. A healthy local or parallel filesystem under a checkpoint burst stays within a few ×
@@ -117,6 +121,18 @@ def _mount_series(
     return best[1], by_mount[best[1]]
 
 
+def _cycle_start(w: JobWindow, first_stall: float) -> float:
+    """Start of the checkpoint cycle the first stall ends: the begin of the save before it,
+    else the window's start."""
+    prev = [
+        t
+        for c in w.checkpoints
+        for t in [c.begin if c.begin is not None else c.end]
+        if t is not None and t < first_stall - 2 * w.dt
+    ]
+    return max(prev) if prev else w.t0
+
+
 def detect_checkpoint_stall(w: JobWindow) -> list[Finding]:
     if w.meta.kind == "inference" or not w.checkpoints:
         return []
@@ -141,7 +157,7 @@ def detect_checkpoint_stall(w: JobWindow) -> list[Finding]:
     if not stalls:
         return []
     lost = sum(sb - sa for sa, sb, _ in stalls)
-    span = max(w.dt, w.t1 - w.t0)
+    span = max(w.dt, stalls[-1][1] - _cycle_start(w, stalls[0][0]))
     if lost / span < MIN_LOST_FRACTION:
         return []
     path = next((p for _, _, p in stalls if p), None)
@@ -253,7 +269,7 @@ def detect_checkpoint_stall(w: JobWindow) -> list[Finding]:
     )
     f.summary = (
         f"{len(stalls)} checkpoint save(s) froze all {w.world} ranks for "
-        f"{lost:.0f} s in total ({lost / span:.0%} of the job's time), the first at "
+        f"{lost:.0f} s in total ({lost / span:.0%} of their checkpoint cycles), the first at "
         f"{hhmmss(first_a)} for {first_b - first_a:.0f} s [{', '.join(e_gap)}], aligned with the "
         f"save lines in the log [{e_log}]; write latency on {mount} rose to {l_in:.0f} ms from "
         f"{l_out:.1f} ms outside saves [{e_lat}]"

@@ -34,6 +34,11 @@ IB_ERROR_COUNTERS: tuple[str, ...] = (
 # (time in synchronize per rank, or iteration time from the log). Day-to-day variation of a
 # job's step time is a few percent.
 FABRIC_MIN_SLOWDOWN = 0.15
+# …measured on ≥ 10 samples after the first error and ≥ 20 before (10 s / 20 s at 1 s): the
+# mean over 10 samples × every rank of synchronize time varies by a few % in a healthy job, far
+# under 15%. (After was 20 samples.)
+FABRIC_MIN_AFTER_SAMPLES = 10
+FABRIC_MIN_BEFORE_SAMPLES = 20
 # gpu_degrading needs at least two independent signs: one alone (a throttling episode, a
 # burst of replays) has benign explanations; two together are a GPU heading for failure.
 DEGRADING_MIN_SIGNS = 2
@@ -217,7 +222,11 @@ def detect_fabric_degraded(w: JobWindow) -> list[Finding]:
     sync = w.proc.get(signals.CUDA_SYNC_MS)
     before = w.times < t_on
     after = w.times >= t_on
-    if sync is not None and before.sum() >= 20 and after.sum() >= 20:
+    if (
+        sync is not None
+        and before.sum() >= FABRIC_MIN_BEFORE_SAMPLES
+        and after.sum() >= FABRIC_MIN_AFTER_SAMPLES
+    ):
         launches = w.proc.get(signals.CUDA_LAUNCHES)
         act = (np.nan_to_num(launches, nan=0.0) > 0).all(axis=0) if launches is not None else True
         b_v = np.nanmean(sync[:, before & act]) if (before & act).any() else np.nan

@@ -7,7 +7,7 @@ import numpy as np
 
 from contract import signals
 from contract.parsers import training as tp
-from engine.detectors.common import MIN_SAMPLES, gpu_hours, hhmmss, new_finding, shift_start
+from engine.detectors.common import gpu_hours, hhmmss, new_finding, shift_start
 from engine.detectors.hardware import fault_events
 from engine.findings import JOB, Finding
 from engine.window import JobWindow, StepTable
@@ -46,10 +46,18 @@ NO_LEARNING_SCRATCH_STEPS = 100
 # faster, so the GPUs wait on it).
 STARVE_MIN_IDLE = 0.15
 STARVE_WORKER_SATURATED = 0.9
-# Hang: no rank launched a kernel for ≥ 30 s and ≥ 20 steps, while all but one rank sit in a
-# collective (blocked in synchronize / NCCL kernel spinning).
-HANG_MIN_S = 30.0
-HANG_MIN_STEPS = 20.0
+# …judged on ≥ 10 stepping samples after the idle share's change point (10 s at 1 s): the mean
+# idle share of 10 samples of a healthy job is a few % with an sd of ~1–2%, so 15% is far out,
+# and the saturated-worker condition must hold on the same samples. (Was MIN_SAMPLES, 20.)
+STARVE_MIN_SAMPLES = 10
+# Hang: no rank launched a kernel for ≥ 15 s and ≥ 5 steps, while all but one rank sit in a
+# collective (blocked in synchronize / NCCL kernel spinning ≥ 90% of every sample). A healthy
+# job launches kernels every step, so 5 steps of silence on every rank is already far outside
+# its rhythm; the 15 s floor covers short steps and a collection hiccup. The blocked quorum, not
+# the length, is what tells a hang from a pause (a save, an input stall: ranks idle, not
+# blocked). Was 30 s and 20 steps, which alone put every hang verdict ≥ 30 s after its onset.
+HANG_MIN_S = 15.0
+HANG_MIN_STEPS = 5.0
 
 # How the loss diverged (`_explosion`'s second value).
 LOSS_NONFINITE = "loss_nonfinite"
@@ -398,12 +406,12 @@ def detect_input_starvation(w: JobWindow) -> list[Finding]:
     if not (wk > 0.05).any():
         return []
     ok &= wk > 0.1 * float(np.median(wk[wk > 0.05]))
-    if ok.sum() < MIN_SAMPLES:
+    if ok.sum() < STARVE_MIN_SAMPLES:
         return []
     idle = 1.0 - eng[:, ok].mean(axis=0)
     cpu = w.worker_cpu[:, ok]
     times = w.times[ok]
-    k = shift_start(idle)
+    k = shift_start(idle, min_len=STARVE_MIN_SAMPLES)
     idle_post = float(idle[k:].mean())
     cpu_post = float(np.median(cpu[:, k:].max(axis=0)))
     if idle_post < STARVE_MIN_IDLE or cpu_post < STARVE_WORKER_SATURATED:

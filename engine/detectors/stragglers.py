@@ -53,11 +53,16 @@ PERSISTENT_BLOCK_WIN = 0.6
 # other ranks then still take turns: their dispersion measured 0.069-0.073, against
 # 0.000-0.016 beside the simulated persistent stragglers and 0.000-0.016 in healthy jobs.
 PERSISTENT_MAX_OTHERS_DISPERSION = 0.05
-# The slow period must last: ≥ 25% of the observed stepping time. Shorter episodes of one
-# GPU slowing down (recurring throttling) are fleet health (`gpu_degrading`), not a straggler
-# that holds a job back. The same minimum applies to a rotating imbalance (a restart after a
-# checkpoint, the last minute of a run are not a sampler problem).
-PERSISTENT_MIN_FRACTION = 0.25
+# The slow period must last a fixed amount of evidence, not a share of the window (a share
+# made a verdict on a 10-hour job wait up to 2.5 hours): ≥ 20 samples after the change point,
+# i.e. two 10-sample blocks for the t-test (20 s at the usual 1 s interval). What backs the
+# confidence on that little data is the conjunction: t ≥ 6 over the blocks, a lead ≥ 3% (≥ 5%
+# to be material), slowest in ≥ 60% of blocks, and the other ranks steady among themselves —
+# the mean lead of 20 one-second samples of a healthy rank has an sd of ~1% (4% per-step
+# jitter), so a 5% lead is ~5 sd. A GPU that slows down for a minute at a time is then a slow
+# rank while it is slow; a finished episode is diluted by the normal samples after it (lead,
+# block wins) and recurring episodes are fleet health (`gpu_degrading`).
+PERSISTENT_MIN_SAMPLES = 20
 # Rotating imbalance: ranks' non-waiting share deviates from the per-sample mean by ≥ 5% of it
 # on average. Healthy jobs' per-sample spread is timing jitter, ~1% in every job we looked at
 # (eBPF synchronize time; ~2–3% from tensor activity); at 5% the waiting ranks lose about a
@@ -69,6 +74,13 @@ IMBALANCE_MIN_DISPERSION = 0.05
 # (ρ < 0.5).
 IMBALANCE_MAX_TOP_SHARE = 0.75
 IMBALANCE_MAX_RHO = 0.5
+# A rotating imbalance is judged on ≥ 10 training steps after its change point (absolute, not
+# a share of the window): with 10 steps the top-share rule separates rotation (each of W ranks
+# slowest ~1/W of the steps) from one rank that stays slowest (≥ 60% of them), and the median
+# dispersion of 10 steps is not moved by a few noisy ones (healthy per-step medians ≤ 3.5%
+# against the 5% rule). Short episodes (a restart after a checkpoint) stay out because the
+# imbalance must also hold on the median of those steps.
+IMBALANCE_MIN_STEPS = 10
 _HW_THROTTLE = (
     signals.THROTTLE_HW_SLOWDOWN | signals.THROTTLE_HW_THERMAL | signals.THROTTLE_HW_POWER_BRAKE
 )
@@ -84,7 +96,6 @@ class StragglerStats:
     lead: float  # mean relative lead after start
     tstat: float
     block_win: float
-    fraction: float
     dispersion: np.ndarray  # per active sample
     top_share: float
     rho: float
@@ -158,7 +169,6 @@ def straggler_stats(w: JobWindow) -> StragglerStats | None:
         lead=float(post.mean()) if len(post) else 0.0,
         tstat=block_tstat(post),
         block_win=block_win,
-        fraction=len(post) / len(d),
         dispersion=dispersion,
         top_share=top_share,
         rho=_spearman_consecutive(x),
@@ -171,8 +181,7 @@ def _is_persistent(st: StragglerStats) -> bool:
         st.tstat >= PERSISTENT_TSTAT
         and st.lead >= PERSISTENT_MIN_LEAD
         and st.block_win >= PERSISTENT_BLOCK_WIN
-        and st.fraction >= PERSISTENT_MIN_FRACTION
-        and len(st.times) - st.start >= MIN_SAMPLES
+        and len(st.times) - st.start >= PERSISTENT_MIN_SAMPLES
         and st.others_dispersion < PERSISTENT_MAX_OTHERS_DISPERSION
     )
 
@@ -253,7 +262,7 @@ def detect_sequence_imbalance(w: JobWindow) -> list[Finding]:
     if im is None:
         return []
     disp, top_share, rho, wait, distinct = im.disp, im.top_share, im.rho, im.wait, im.distinct
-    if disp < IMBALANCE_MIN_DISPERSION or im.seg_len < max(3, PERSISTENT_MIN_FRACTION * im.n_steps):
+    if disp < IMBALANCE_MIN_DISPERSION or im.seg_len < IMBALANCE_MIN_STEPS:
         return []
     if top_share > IMBALANCE_MAX_TOP_SHARE or rho > IMBALANCE_MAX_RHO:
         return []
