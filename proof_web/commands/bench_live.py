@@ -267,10 +267,11 @@ class Tasks:
 # --- the run -----------------------------------------------------------------------------------
 
 
-def _operator(run_id: str, label: str) -> tuple[int, str]:
+def _operator(run_id: str, key: str, label: str) -> tuple[int, str]:
+    """A new operator (slug `bench-live-<run>-<key>`, its name says `label`) and an agent token."""
     from tenants import services as tenant_services
 
-    slug = f"bench-live-{run_id}-{label}"[:50].rstrip("-").replace("_", "-")
+    slug = f"bench-live-{run_id}-{key}"
     operator, _admin = tenant_services.do_create_operator(
         name=f"Bench live {run_id} {label}",
         slug=slug,
@@ -462,8 +463,10 @@ def _faults(
         plays = [Play(by_family[f], f, seed, args.nodes, args.gpus_per_node) for f in wanted] + [
             Play(c, None, seed, args.nodes, args.gpus_per_node) for c in controls
         ]
-        for play in plays:
-            play.operator_id, play.token = _operator(run_id, f"{play.scenario}-{seed}")
+        for i, play in enumerate(plays):
+            play.operator_id, play.token = _operator(
+                run_id, f"{seed}-{i}", f"{play.scenario} seed {seed}"
+            )
         print(
             f"proof bench live: seed {seed}: {len(plays)} agent processes "
             f"({len(wanted)} families, {len(controls)} controls) playing {args.duration:g} s "
@@ -564,7 +567,7 @@ def _fleet(
         )
         for i in range(agents)
     ]
-    operator_id, token = _operator(run_id, "fleet")
+    operator_id, token = _operator(run_id, "fleet", "fleet")
     for play in plays:
         play.operator_id, play.token = operator_id, token
     print(
