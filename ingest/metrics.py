@@ -20,6 +20,11 @@ REJECTED_SAMPLES = Counter(
 STORE_ERRORS = Counter(
     "proof_ingest_store_errors_total", "Batches whose storage failed (not acked; agents resend)"
 )
+STORE_RETRIES = Counter(
+    "proof_ingest_store_retries_total",
+    "Batch transactions aborted for a conflict with a concurrent one (deadlock, serialization "
+    "failure) and stored again by the writer",
+)
 ACK_LATENCY = Histogram(
     "proof_ingest_ack_latency_seconds",
     "From a batch's arrival to its ack (validation, queueing, storage, commit)",

@@ -21,6 +21,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import queue
+import random
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -29,7 +30,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import grpc
-from django.db import DataError, IntegrityError, close_old_connections, connections
+from django.db import (
+    DataError,
+    IntegrityError,
+    OperationalError,
+    close_old_connections,
+    connections,
+)
 from google.protobuf.message import DecodeError
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
@@ -54,6 +61,24 @@ _STATUS = {
     services.StoreStatus.STORED: ingest_pb2.Ack.STORED,
     services.StoreStatus.DUPLICATE: ingest_pb2.Ack.DUPLICATE,
 }
+
+
+# A batch whose transaction PostgreSQL aborted for a conflict with a concurrent one (a deadlock,
+# a serialization failure) is stored again by the same writer, up to this many attempts in all,
+# after a short jittered wait; then it is not acked, as any other storage failure.
+STORE_ATTEMPTS = 3
+STORE_RETRY_WAIT_S = 0.05  # the wait before attempt n is up to n × this, uniformly jittered
+# SQLSTATEs of a transaction aborted only for its timing against another: 40P01
+# deadlock_detected, 40001 serialization_failure.
+_CONFLICT_SQLSTATES = frozenset({"40P01", "40001"})
+
+
+def _conflict(exc: BaseException) -> bool:
+    """The transaction lost a race with a concurrent one; running it again can succeed."""
+    if not isinstance(exc, OperationalError):
+        return False
+    cause = exc.__cause__
+    return getattr(cause, "sqlstate", None) in _CONFLICT_SQLSTATES
 
 
 class PermanentStoreError(Exception):
@@ -161,7 +186,7 @@ class StorageWriter:
                 connections.close_all()
                 return
             try:
-                outcome = services.store_batch(item.operator_id, item.batch)
+                outcome = self._store(item)
             except BaseException as exc:
                 # One line per failure; the traceback only at debug level (a batch that keeps
                 # failing must not fill the log with tracebacks).
@@ -197,6 +222,30 @@ class StorageWriter:
                     + len(batch.jobs)
                 )
             item.done(outcome, None)
+
+    @staticmethod
+    def _store(item: WriteItem) -> services.StoreOutcome:
+        """store_batch(), run again (a bounded number of times) when its transaction was
+        aborted for a conflict with a concurrent batch. Nothing of an aborted attempt stays:
+        the whole batch, receipt included, was rolled back, and the id caches publish only on
+        commit, so the next attempt stores it exactly as the first would have."""
+        for attempt in range(1, STORE_ATTEMPTS + 1):
+            try:
+                return services.store_batch(item.operator_id, item.batch)
+            except OperationalError as exc:
+                if attempt == STORE_ATTEMPTS or not _conflict(exc):
+                    raise
+                metrics.STORE_RETRIES.inc()
+                log.info(
+                    "storing batch %s of %s: %s; attempt %d of %d",
+                    item.batch.sequence,
+                    item.batch.agent_id,
+                    L.clean_text((str(exc).strip() or "?").splitlines()[0], 300),
+                    attempt + 1,
+                    STORE_ATTEMPTS,
+                )
+                time.sleep(random.uniform(0, attempt * STORE_RETRY_WAIT_S))  # noqa: S311
+        raise AssertionError("unreachable")
 
 
 def _parse_batch(raw: bytes, limits: Limits) -> Any:

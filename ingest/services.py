@@ -4,6 +4,13 @@
 inventory (nodes, jobs with their customer, ranks, processes), the series catalog, the sample
 blocks, logs and events — all in one transaction, so a batch is either stored entirely and
 exactly once, or not at all.
+
+Concurrency: batches sharing nodes and jobs are stored at once (the writer threads, other
+ingest processes), so every statement that locks several rows of a table locks them in one
+order, ascending by key — node hostnames and series hashes on insert, job pks, process
+(node, pid), job activity by job pk — and takes no lock stronger than it needs (FOR NO KEY
+UPDATE on a job: the foreign-key checks of other batches' rows that reference it do not wait
+for it). Two batches then never wait for each other in a cycle; docs/ingest.md, "Concurrency".
 """
 
 from __future__ import annotations
@@ -246,8 +253,10 @@ def _ensure_nodes(operator_id: int, names: set[str], now: datetime) -> dict[str,
         else:
             found[name] = node_id
     if missing:
+        # Sorted: a concurrent batch inserting some of the same nodes waits on each conflicting
+        # row in turn, so two inserting in opposite orders would each wait for the other.
         Node.objects.bulk_create(
-            [Node(operator_id=operator_id, hostname=n, last_seen_at=now) for n in missing],
+            [Node(operator_id=operator_id, hostname=n, last_seen_at=now) for n in sorted(missing)],
             ignore_conflicts=True,
         )
         fresh = dict(
@@ -262,14 +271,21 @@ def _ensure_nodes(operator_id: int, names: set[str], now: datetime) -> dict[str,
 
 def _touch_nodes(node_pks: Iterable[int], now: datetime) -> None:
     """Move the batch's nodes' last_seen_at to `now`, for those not touched within
-    NODE_SEEN_INTERVAL_S by this process (one statement for all of them)."""
+    NODE_SEEN_INTERVAL_S by this process (one statement for all of them).
+
+    A node whose row another open transaction is updating right now is skipped, never waited
+    for (SKIP LOCKED): that one is moving last_seen_at to about now itself, and waiting would
+    let two batches holding each other's nodes deadlock."""
     tick = time.monotonic()
-    due = [pk for pk in node_pks if tick - _node_seen.get(pk, -1e18) >= NODE_SEEN_INTERVAL_S]
+    due = sorted(pk for pk in node_pks if tick - _node_seen.get(pk, -1e18) >= NODE_SEEN_INTERVAL_S)
     if not due:
         return
-    Node.objects.filter(Q(last_seen_at__isnull=True) | Q(last_seen_at__lt=now), id__in=due).update(
-        last_seen_at=now
-    )
+    stale = Node.objects.filter(
+        Q(last_seen_at__isnull=True) | Q(last_seen_at__lt=now), id__in=due
+    ).order_by("id")
+    if connection.features.has_select_for_update_skip_locked:
+        stale = stale.select_for_update(skip_locked=True, no_key=True)
+    Node.objects.filter(id__in=stale.values("id")).update(last_seen_at=now)
     with _cache_lock:
         for pk in due:
             _node_seen[pk] = tick
@@ -298,7 +314,7 @@ def _ensure_jobs(operator_id: int, batch: DecodedBatch, now: datetime) -> dict[s
     missing = refs - existing.keys()
     if missing:
         new_jobs = []
-        for job_id in missing:
+        for job_id in sorted(missing):  # sorted, as the nodes (_ensure_nodes)
             attrs: dict[str, Any] = {"job_id": job_id}
             for rec in records.get(job_id, []):
                 attrs = {**attrs, **rec.get("attributes", {}), "job_id": job_id}
@@ -320,17 +336,24 @@ def _ensure_jobs(operator_id: int, batch: DecodedBatch, now: datetime) -> dict[s
                 "job_id", "id"
             )
         )
-    for job_id, recs in records.items():
-        _apply_job_records(operator_id, existing[job_id], recs)
+    if records:
+        _apply_job_records(
+            operator_id, {existing[job_id]: recs for job_id, recs in records.items()}
+        )
     return existing
 
 
-def _apply_job_records(operator_id: int, pk: int, recs: list[dict[str, Any]]) -> None:
-    """One locked read and one save for all of a job's records in a batch, applied in order."""
-    job = Job.objects.select_for_update().get(pk=pk)
-    for rec in recs:
-        _apply_job_record(operator_id, job, rec)
-    job.save()
+def _apply_job_records(operator_id: int, recs_by_pk: dict[int, list[dict[str, Any]]]) -> None:
+    """One locked read of the batch's described jobs, in pk order (the lock is taken row by row
+    in the ORDER BY's order: two batches describing the same jobs in different orders must not
+    hold one each and wait for the other), then one save per job of all its records, in order.
+    FOR NO KEY UPDATE, not FOR UPDATE: a concurrent batch inserting series, logs or activity
+    of the job (foreign-key checks: FOR KEY SHARE) goes on without waiting for this one."""
+    jobs = Job.objects.select_for_update(no_key=True).filter(pk__in=recs_by_pk).order_by("pk")
+    for job in jobs:
+        for rec in recs_by_pk[job.pk]:
+            _apply_job_record(operator_id, job, rec)
+        job.save()
 
 
 def _apply_job_record(operator_id: int, job: Job, rec: dict[str, Any]) -> None:
@@ -361,6 +384,7 @@ def _resolve_series(
     ids = [_series_ids.get((operator_id, h)) for h in hashes]
     missing = {h: k for h, k, i in zip(hashes, keys, ids, strict=True) if i is None}
     if missing:
+        missing = dict(sorted(missing.items()))  # inserted in hash order, as the nodes
         Series.objects.bulk_create(
             [
                 Series(
@@ -455,7 +479,9 @@ def _store_rows(
 def _store_processes(
     operator_id: int, batch: DecodedBatch, node_ids: dict[str, int], job_ids: dict[str, int]
 ) -> None:
-    for r in batch.processes:
+    # In (node, pid) order (stable: one process's records keep theirs), so two batches of the
+    # same nodes lock the process rows in one order.
+    for r in sorted(batch.processes, key=lambda r: (r["node"], r["pid"])):
         seen = _dt(r["ts_us"])
         job_id = job_ids.get(r["job"])
         process, created = Process.objects.get_or_create(
@@ -491,7 +517,7 @@ def _store_processes(
                 },
             )
     ended_jobs: set[int] = set()
-    for r in batch.exits:
+    for r in sorted(batch.exits, key=lambda r: (r["node"], r["pid"])):
         ended = _dt(r["ts_us"])
         process, _ = Process.objects.get_or_create(
             operator_id=operator_id,
@@ -518,7 +544,7 @@ def _end_job_when_every_rank_exited(job_pk: int) -> None:
     of its ranks' processes has exited: completed if all exited 0, else failed with the first
     non-zero code. Its world size, if no job record gave one, is what the ranks' processes
     said. Nothing changes while a rank is still running or has not been seen yet."""
-    job = Job.objects.select_for_update().get(pk=job_pk)
+    job = Job.objects.select_for_update(no_key=True).get(pk=job_pk)
     if job.state in TERMINAL_JOB_STATES or job.scheduler in SCHEDULERS_THAT_REPORT_ENDS:
         return
     ranks = list(JobRank.objects.filter(job_id=job_pk).values_list("rank", "node_id", "pid"))

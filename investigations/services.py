@@ -118,7 +118,9 @@ def note_job_data(
                 spans[job_pk] = (min(a, lo), max(b, hi))
         if not spans:
             return []
-        for job_pk, (first, last) in spans.items():
+        # In job pk order: concurrent batches of the same jobs lock their activity rows in one
+        # order, so neither holds one the other waits for (docs/ingest.md, "Concurrency").
+        for job_pk, (first, last) in sorted(spans.items()):
             _widen_activity(operator_id, job_pk, first, last, now)
     scheduled = [pk for pk in spans if cache.add(_debounce_key(operator_id, pk), 1, DEBOUNCE_S)]
     for job_pk in scheduled:
