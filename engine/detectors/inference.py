@@ -25,6 +25,24 @@ MAX_PEAK_KV = 0.5
 MAX_WAITING_SHARE = 0.05
 # GPUs needed at a healthy target occupancy of 80% of slots (the usual sizing margin).
 TARGET_OCCUPANCY = 0.8
+# Underfilled means mostly empty most of the time, not only at the top: the median batch holds
+# ≤ 1/8 of the slots. A well-sized endpoint in its quiet hours (traffic at half its peak) has a
+# busiest decile that reads like underfill (p90 ~20-25% of slots for minutes, seen live on a
+# healthy endpoint before its daily peak), but it still holds a sizable batch at every step
+# (median ≥ 15% of slots); a batch sized several times too large idles at 0-2 requests.
+MAX_MEDIAN_OCCUPANCY = 0.125
+# Live, the rule waits for steady serving. A server that just came up fills its batch over
+# about one request lifetime (Little's law: running = arrival rate x latency; chat requests
+# with long answers take 30-90 s), so its first samples read as an empty batch. It needs
+# ≥ 20 samples (20 s at the agent's 1 s scrape) since the first scrape of the endpoint, an
+# absolute bound so that a long window waits no longer than a short one ...
+MIN_SERVING_SAMPLES = 20
+# ... and a batch that stopped growing: the endpoint's running requests (summed over its
+# servers) over the last 10 samples exceed those of the 10 before by ≤ 5% of its slots. A
+# filling batch grows by far more (a healthy 256-slot server: +20 requests in 10 s); an
+# underfilled one moves by a request or two.
+FILL_SAMPLES = 10
+FILL_SLACK = 0.05
 
 
 def _by_pid(series: list[SeriesData], name: str) -> dict[tuple[str, int | None], SeriesData]:
@@ -40,8 +58,9 @@ def detect_underfilled_batches(w: JobWindow) -> list[Finding]:
         w.inference, signals.VLLM_GPU_CACHE_USAGE_PERC
     )
     waiting = _by_pid(w.inference, signals.VLLM_NUM_REQUESTS_WAITING)
-    occ, kvs, wait_share = [], [], []
+    occ, med, kvs, wait_share = [], [], [], []
     t_lo, t_hi = math.inf, -math.inf
+    n_serving, total_slots, prev_run, last_run = 0, 0.0, 0.0, 0.0
     for key, run in running.items():
         if key not in slots or not len(run.ts):
             continue
@@ -49,13 +68,21 @@ def detect_underfilled_batches(w: JobWindow) -> list[Finding]:
         if n_slots <= 0:
             continue
         occ.append(float(np.percentile(run.values, 90)) / n_slots)
+        med.append(float(np.percentile(run.values, 50)) / n_slots)
+        n_serving, total_slots = max(n_serving, len(run.values)), total_slots + n_slots
+        tail = run.values[-2 * FILL_SAMPLES :]
+        if len(tail) > FILL_SAMPLES:
+            prev_run += float(np.mean(tail[:-FILL_SAMPLES]))
+            last_run += float(np.mean(tail[-FILL_SAMPLES:]))
         t_lo, t_hi = min(t_lo, float(run.ts[0])), max(t_hi, float(run.ts[-1]))
         if key in kv:
             kvs.append(float(np.nanpercentile(kv[key].values, 95)))
         if key in waiting:
             wait_share.append(float(np.mean(waiting[key].values > 0)))
-    if not occ:
+    if not occ or n_serving < MIN_SERVING_SAMPLES:
         return []
+    if last_run - prev_run > FILL_SLACK * total_slots or max(med) > MAX_MEDIAN_OCCUPANCY:
+        return []  # still filling its batch, or a sizable batch most of the time
     peak_occ = max(occ)
     peak_kv = max(kvs) if kvs else float("nan")
     q = max(wait_share) if wait_share else 0.0

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engine.prefixes import families_on_prefixes
+from engine.prefixes import families_on_prefixes, first_verdict_at
 from engine.store import TraceStore
 from simulator import simulate
 
@@ -32,3 +32,25 @@ def test_a_real_straggler_is_still_named_on_the_longer_prefixes(tmp_path: Path) 
     seen = _families_on_prefixes(path)
     assert seen[-1] == {"slow_rank"}
     assert sum("slow_rank" in fams for fams in seen) >= 10
+
+
+def test_healthy_endpoint_is_not_underfilled_while_it_ramps_up(tmp_path: Path) -> None:
+    # Evaluated live, the healthy endpoint's first samples (its batch filling after start-up) and
+    # its quiet first minutes (p90 at 22-25% of the slots before the daily peak) read as
+    # underfilled_batches under the p90-only rule: seed 2 from its 2nd sample to its 190th.
+    path = tmp_path / "healthy.jsonl"
+    simulate("healthy_inference", seed=2, duration_s=600, nodes=2, gpus_per_node=4).write(path)
+    store = TraceStore.from_trace(path)
+    lo, _hi = store.time_range()
+    seen = families_on_prefixes(store, (lo + cut for cut in range(60, 310, 10)))
+    assert not any("underfilled_batches" in fams for fams in seen), seen
+
+
+def test_an_underfilled_endpoint_is_named_20_s_after_it_starts_serving(tmp_path: Path) -> None:
+    path = tmp_path / "under.jsonl"
+    sim = simulate("underfilled_batches", seed=0, duration_s=600, nodes=2, gpus_per_node=4)
+    sim.write(path)
+    onset = float(sim.meta["truth"]["onset"])
+    store = TraceStore.from_trace(path)
+    assert "underfilled_batches" not in families_on_prefixes(store, [onset + 15])[0]
+    assert first_verdict_at(store, "underfilled_batches", onset, 5) == onset + 20
