@@ -35,6 +35,7 @@ from engine.detectors.common import GPU_TIME_FAMILIES, SLOWDOWN_FAMILIES
 from engine.prefixes import families_at, first_verdict_at, prefix_ends
 from engine.store import TraceStore
 from simulator import list_scenarios, simulate
+from simulator.cli import run_options
 
 # Families whose detection must land within 30 s of the injected onset (issue 6 targets).
 DELAY_TARGET_FAMILIES = ("slow_rank", "sequence_imbalance", "checkpoint_stall", "hardware_fault")
@@ -231,11 +232,13 @@ def format_time_to_verdict(fams: dict[str, FamilyScore], step: float) -> str:
 
 # The numeric options: flag, type, default, help.
 _NUMBER_OPTIONS: tuple[NumberOption, ...] = (
-    ("--seeds", int, 3, "seeds per scenario (default 3)"),
-    ("--duration", float, 600.0, "trace length in seconds (default 600)"),
-    ("--nodes", int, 2, "nodes per job (default 2; 0: each scenario's own random size)"),
-    ("--gpus-per-node", int, 4, "GPUs per node (default 4; 0: the simulator's 8)"),
-    ("--first-seed", int, 0, "first seed (default 0)"),
+    *run_options(
+        seeds=3,
+        first_seed=0,
+        nodes=2,
+        nodes_note="0: each scenario's own random size",
+        sizes_from_scenario=True,
+    ),
     ("--prefix-step", float, 5.0, "with --time-to-verdict: seconds between prefixes (default 5)"),
 )
 

@@ -10,6 +10,7 @@ import os
 import sys
 import time
 
+from contract.cli import NumberOption
 from simulator import UnknownScenario, list_scenarios, simulate
 
 
@@ -69,3 +70,19 @@ def run(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     return 0
+
+
+def run_options(
+    *, seeds: int, first_seed: int, nodes: int, nodes_note: str, sizes_from_scenario: bool
+) -> list[NumberOption]:
+    """The options that choose which simulated runs a command plays (`proof eval`,
+    `proof bench live`): seeds, first seed, length, size; each command gives its defaults.
+    `sizes_from_scenario`: the command reads 0 as "the scenario's own size"."""
+    gpus_note = "; 0: the simulator's 8" if sizes_from_scenario else ""
+    return [
+        ("--seeds", int, seeds, f"seeds per scenario (default {seeds})"),
+        ("--first-seed", int, first_seed, f"first seed (default {first_seed})"),
+        ("--duration", float, 600.0, "simulated seconds per run (default 600)"),
+        ("--nodes", int, nodes, f"nodes per scenario run (default {nodes}; {nodes_note})"),
+        ("--gpus-per-node", int, 4, f"GPUs per node (default 4{gpus_note})"),
+    ]

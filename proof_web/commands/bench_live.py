@@ -60,6 +60,7 @@ from proof_web.commands.demo_live import (
     start_agent,
     stop_agents,
 )
+from simulator.cli import run_options
 from simulator.scenarios import list_scenarios
 
 JOB_TASK = "investigations.evaluate_job"
@@ -72,12 +73,14 @@ COUNTDOWN_WAIT_S = 12.0
 DRAIN_TIMEOUT_S = 300.0
 
 _NUMBER_OPTIONS: tuple[NumberOption, ...] = (
-    ("--seeds", int, 2, "seeds per scenario (default 2)"),
-    ("--first-seed", int, 1, "first seed (default 1)"),
+    *run_options(
+        seeds=2,
+        first_seed=1,
+        nodes=1,
+        nodes_note="a neighbour job may add one",
+        sizes_from_scenario=False,
+    ),
     ("--speed", float, 10.0, "simulated seconds per real second (default 10)"),
-    ("--duration", float, 600.0, "simulated seconds each agent plays (default 600)"),
-    ("--nodes", int, 1, "nodes per scenario run (default 1; a neighbour job may add one)"),
-    ("--gpus-per-node", int, 4, "GPUs per node (default 4)"),
     (
         "--interval",
         float,
@@ -93,14 +96,8 @@ _NUMBER_OPTIONS: tuple[NumberOption, ...] = (
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_number_options(parser, _NUMBER_OPTIONS)
-    parser.add_argument(
-        "--families",
-        default="",
-        help="comma-separated detector families to play (default: every family)",
-    )
-    parser.add_argument(
-        "--no-controls", action="store_true", help="play no healthy control scenarios"
-    )
+    parser.add_argument("--families", default="", help="families to play, comma-separated (all)")
+    parser.add_argument("--no-controls", action="store_true", help="no healthy control runs")
 
 
 # --- what to play ------------------------------------------------------------------------------
@@ -284,10 +281,17 @@ def _operator(run_id: str, key: str, label: str) -> tuple[int, str]:
 
 
 def _play_wave(
-    plays: Sequence[Play], args: argparse.Namespace, port: int, logs: Path, tasks: Tasks
-) -> tuple[float, float]:
-    """Start every play's agent (one process playing all its nodes), wait for them, sweep.
-    Returns (wall time the agents started, wall time they all stopped)."""
+    plays: Sequence[Play],
+    args: argparse.Namespace,
+    port: int,
+    logs: Path,
+    tasks: Tasks,
+    what: str,
+) -> tuple[float, float, list[dict[str, Any]]]:
+    """Say what is played (`what`), start every play's agent (one process playing all its
+    nodes), wait for them, sweep. Returns (wall time the agents started, wall time they all
+    stopped, what the probe recorded so far)."""
+    print(f"proof bench live: {what}, playing {args.duration:g} s at {args.speed:g}x", flush=True)
     start_ts = float(int(time.time() - args.duration))
     interval = args.interval or (args.speed if math.isfinite(args.speed) else 1.0)
     for play in plays:
@@ -331,7 +335,7 @@ def _play_wave(
     stop_agents([p.agent for p in plays if p.agent is not None])
     ended = time.time()
     tasks.sweep()
-    return began, ended
+    return began, ended, bench_probe.read(tasks.probe)
 
 
 def _percentiles(values: Sequence[float]) -> str:
@@ -467,16 +471,13 @@ def _faults(
             play.operator_id, play.token = _operator(
                 run_id, f"{seed}-{i}", f"{play.scenario} seed {seed}"
             )
-        print(
-            f"proof bench live: seed {seed}: {len(plays)} agent processes "
-            f"({len(wanted)} families, {len(controls)} controls) playing {args.duration:g} s "
-            f"at {args.speed:g}x",
-            flush=True,
+        what = (
+            f"seed {seed}: {len(plays)} agent processes "
+            f"({len(wanted)} families, {len(controls)} controls)"
         )
-        began, ended = _play_wave(plays, args, port, work, tasks)
+        began, ended, events = _play_wave(plays, args, port, work, tasks, what)
         wall_s += time.time() - began
         data_s += args.duration
-        events = bench_probe.read(tasks.probe)
         first_new: dict[int, dict[str, Any]] = {}
         for e in events:
             if e["event"] == "verdict" and e["kind"] == "new":
@@ -570,15 +571,12 @@ def _fleet(
     operator_id, token = _operator(run_id, "fleet", "fleet")
     for play in plays:
         play.operator_id, play.token = operator_id, token
-    print(
-        f"proof bench live: fleet: {nodes_total} nodes × {FLEET_GPUS_PER_NODE} GPUs as {agents} "
-        f"agent processes ({', '.join(f'{p.scenario} {p.nodes} nodes' for p in plays)}), "
-        f"{args.duration:g} s at {args.speed:g}x",
-        flush=True,
+    what = (
+        f"fleet: {nodes_total} nodes × {FLEET_GPUS_PER_NODE} GPUs as {agents} agent processes "
+        f"({', '.join(f'{p.scenario} {p.nodes} nodes' for p in plays)})"
     )
-    began, _ended = _play_wave(plays, args, port, work, tasks)
+    began, _ended, events = _play_wave(plays, args, port, work, tasks, what)
     wall_s = time.time() - began
-    events = bench_probe.read(tasks.probe)
     gpus = sum(p.gpus for p in plays)
     for line in _cpu_lines(events, args.duration, gpus, _gpus_per_job([operator_id]), wall_s):
         print(line)
