@@ -498,13 +498,11 @@ def gpu_locations(operator_id: int) -> dict[str, tuple[str, int | None]]:
         }
 
 
-def job_metas(
-    operator_id: int, job_ids: Iterable[str], spans: dict[str, tuple[float, float]]
-) -> dict[str, JobMeta]:
-    """The jobs asked for and their reruns and originals (not the whole fleet), as the
+def job_metas(operator_id: int, spans: dict[str, tuple[float, float]]) -> dict[str, JobMeta]:
+    """The jobs of `spans` and their reruns and originals (not the whole fleet), as the
     detectors see them. `spans` gives each job's data span (first, last sample ts): the job
     rows carry wall-clock times only, which say nothing of a replayed trace."""
-    names = set(job_ids)
+    names = set(spans)
     with tenant_context(operator_id):
         qs = Job.objects.for_tenant(operator_id)
         rows = list(qs.filter(job_id__in=names))

@@ -39,7 +39,7 @@ class IngestStore:
     def jobs(self) -> dict[str, JobMeta]:
         """The jobs asked about (the spans) and their reruns/originals, not the whole fleet."""
         if self._jobs is None:
-            self._jobs = ingest_selectors.job_metas(self.operator_id, self.spans, self.spans)
+            self._jobs = ingest_selectors.job_metas(self.operator_id, self.spans)
         return dict(self._jobs)
 
     def gpu_locations(self) -> dict[str, tuple[str, int | None]]:

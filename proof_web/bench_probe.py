@@ -70,6 +70,8 @@ def _postrun(sender: Any = None, task_id: str | None = None, **kwargs: Any) -> N
 
 
 def _on_verdict(note: Any) -> None:
+    # Imported when a verdict arrives, not at the top: a worker imports this module
+    # (`--include`) before Django's app registry is ready, and models need it.
     from django.db.models import Max
 
     from investigations.models import Incident, JobActivity
