@@ -329,26 +329,66 @@ def _read_general(
     }
 
 
+def _job_series_query(operator_id: int, job_id: str) -> Any:
+    """The series of job J (inside the caller's tenant_context): those carrying the job's id,
+    plus the GPU-scope series (no job key) of the GPUs its ranks ran on. None: no such job."""
+    job = Job.objects.for_tenant(operator_id).filter(job_id=job_id).first()
+    if job is None:
+        return None
+    gpus = [
+        g
+        for g in JobRank.objects.for_tenant(operator_id)
+        .filter(job=job)
+        .values_list("gpu", flat=True)
+        if g
+    ]
+    query = Q(job=job)
+    if gpus:
+        query |= Q(job__isnull=True, gpu__in=gpus)
+    return Series.objects.for_tenant(operator_id).filter(query)
+
+
 def job_series(operator_id: int, job_id: str, t0: float, t1: float) -> list[SeriesData]:
-    """All series of job J over [t0, t1]: those carrying the job's id, plus the GPU-scope series
-    (no job key) of the GPUs its ranks ran on."""
+    """All series of job J over [t0, t1] (see `_job_series_query`)."""
     with tenant_context(operator_id):
-        job = Job.objects.for_tenant(operator_id).filter(job_id=job_id).first()
-        if job is None:
-            return []
-        gpus = [
-            g
-            for g in JobRank.objects.for_tenant(operator_id)
-            .filter(job=job)
-            .values_list("gpu", flat=True)
-            if g
-        ]
-        query = Q(job=job)
-        if gpus:
-            query |= Q(job__isnull=True, gpu__in=gpus)
-        return _read_query(
-            operator_id, Series.objects.for_tenant(operator_id).filter(query), t0, t1
-        )
+        qs = _job_series_query(operator_id, job_id)
+        return [] if qs is None else _read_query(operator_id, qs, t0, t1)
+
+
+@dataclass(frozen=True)
+class SeriesCatalog:
+    """Which series a read covers: their identities by series id, and the nodes whose blocks
+    hold them. For readers that read the same series again and again (the live pipeline reads
+    each job's newest samples every few seconds) and need not look them up each time."""
+
+    infos: dict[int, SeriesInfo]
+    node_ids: frozenset[int]
+
+
+def job_series_catalog(operator_id: int, job_id: str) -> SeriesCatalog:
+    """The catalog of `job_series` (empty for an unknown job)."""
+    with tenant_context(operator_id):
+        qs = _job_series_query(operator_id, job_id)
+        if qs is None:
+            return SeriesCatalog({}, frozenset())
+        infos, node_ids = _infos(qs)
+        return SeriesCatalog(infos, frozenset(node_ids))
+
+
+def node_series_catalog(operator_id: int, hostname: str) -> SeriesCatalog:
+    """The catalog of `node_series` (all of the node's series)."""
+    with tenant_context(operator_id):
+        qs = Series.objects.for_tenant(operator_id).filter(node__hostname=hostname)
+        infos, node_ids = _infos(qs)
+        return SeriesCatalog(infos, frozenset(node_ids))
+
+
+def catalog_samples(
+    operator_id: int, catalog: SeriesCatalog, t0: float, t1: float
+) -> list[SeriesData]:
+    """Samples over [t0, t1] of the catalog's series (one block query)."""
+    with tenant_context(operator_id):
+        return read_samples(operator_id, catalog.infos, catalog.node_ids, t0, t1)
 
 
 def gpu_series(operator_id: int, gpu: str, t0: float, t1: float) -> list[SeriesData]:

@@ -174,7 +174,13 @@ def store_batch(operator_id: int, batch: DecodedBatch, now: datetime | None = No
         # (investigations notes the jobs' activity and schedules their evaluation on commit).
         job_spans, node_spans = _data_spans(batch, job_ids, node_ids)
         signals.batch_stored.send(
-            sender=store_batch, operator_id=operator_id, job_spans=job_spans, node_spans=node_spans
+            sender=store_batch,
+            operator_id=operator_id,
+            job_spans=job_spans,
+            node_spans=node_spans,
+            batch=batch,
+            job_ids=job_ids,
+            node_ids=node_ids,
         )
     return StoreOutcome(StoreStatus.STORED, batch.sample_count)
 

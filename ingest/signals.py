@@ -10,7 +10,10 @@ Keyword arguments:
 - `operator_id`: the tenant the batch was stored for;
 - `job_spans`: job pk → (first, last) data time of the batch's records of that job, seconds;
 - `node_spans`: node pk → (first, last) data time of samples that carry no job (e.g. GPU
-  readings the agent could not attribute), seconds.
+  readings the agent could not attribute), seconds;
+- `batch`: the stored `DecodedBatch` itself (read it, never change it), for receivers that
+  look at what arrived without reading it back;
+- `job_ids` / `node_ids`: job id / hostname → pk of the batch's jobs and nodes.
 """
 
 from __future__ import annotations

@@ -18,12 +18,13 @@ from engine.detectors import run_detectors, run_fleet_health
 from engine.verdicts import build_verdicts
 from engine.window import JobWindow, build_gpu_window, build_job_window
 from ingest import selectors as ingest_selectors
+from investigations import window_cache
 from investigations.models import JobActivity
 from tenants.context import tenant_context
 
 # Enough log lines for 30 min of a large job's progress lines; beyond it the oldest are kept.
-LOG_LIMIT = 200_000
-EVENT_LIMIT = 20_000
+LOG_LIMIT = window_cache.LOG_LIMIT
+EVENT_LIMIT = window_cache.EVENT_LIMIT
 
 
 class IngestStore:
@@ -94,13 +95,30 @@ def _spans(operator_id: int, job_ids: Iterable[str]) -> dict[str, tuple[float, f
 
 
 def detect_job(
-    operator_id: int, job: str, t0: float, t1: float
+    operator_id: int,
+    job: str,
+    t0: float,
+    t1: float,
+    *,
+    job_state: tuple[object, ...] = (),
+    late: window_cache.LateData | None = None,
 ) -> tuple[JobWindow, list[dict[str, Any]]]:
-    """(the job's window over [t0, t1], its verdicts as docs/design.md verdict dicts)."""
-    store = IngestStore(operator_id, _spans(operator_id, [job]))
-    related = store.jobs()
+    """(the job's window over [t0, t1], its verdicts as docs/design.md verdict dicts).
+
+    The window's data comes through the worker's cache of the job (investigations/
+    window_cache.py): only what arrived since the last evaluation is read from storage.
+    `job_state` is what of the job row, when it changes, makes the cache re-read the job's
+    metadata at once; `late` what ingest recorded of late batches."""
+    spans = _spans(operator_id, [job])
+    entry = window_cache.CACHE.entry(operator_id, job)
+    related = set(entry.metas or {}) | set(spans)
     if len(related) > 1:  # reruns: their spans too, so the window can read their logs
-        store = IngestStore(operator_id, _spans(operator_id, related))
+        spans = _spans(operator_id, related)
+    store = window_cache.CachedIngestStore(
+        operator_id, job, spans, t0, t1, job_state=job_state, late=late
+    )
+    if set(store.jobs()) - set(spans):  # a rerun appeared: its span too
+        store.spans = _spans(operator_id, store.jobs())
     window = build_job_window(store, job, t0, t1)
     return window, build_verdicts(run_detectors(window), window)
 

@@ -161,6 +161,11 @@ class JobActivity(TenantOwned):
     evaluated_through_ts = models.FloatField(null=True, blank=True)
     evaluated_at = models.DateTimeField(null=True, blank=True)
     usage_through_ts = models.FloatField(null=True, blank=True)
+    # Batches whose data began well before the newest data already seen (an agent shipping its
+    # spool after an outage), and the first sample time of the latest: a worker that keeps the
+    # job's recent data (investigations/window_cache.py) re-reads from there.
+    late_batches = models.IntegerField(default=0)
+    late_first_ts = models.FloatField(null=True, blank=True)
 
     customer_path: ClassVar[str | None] = "job__customer"
 

@@ -9,8 +9,12 @@ from typing import Any
 
 from django.dispatch import receiver
 
+from engine.screen import BatchScreen
 from ingest.signals import batch_stored
 from investigations import services
+
+# One per ingest process: the running means the screen compares each batch with.
+SCREEN = BatchScreen()
 
 
 @receiver(batch_stored, dispatch_uid="investigations.note_job_data")
@@ -20,7 +24,21 @@ def note_stored_batch(
     operator_id: int,
     job_spans: dict[int, tuple[float, float]],
     node_spans: dict[int, tuple[float, float]],
+    batch: Any = None,
+    job_ids: dict[str, int] | None = None,
+    node_ids: dict[str, int] | None = None,
     **kwargs: Any,
 ) -> None:
-    """Record the jobs' data activity with the batch and schedule their evaluation."""
-    services.note_job_data(operator_id, job_spans, node_spans)
+    """Record the jobs' data activity with the batch and schedule their evaluation: within
+    seconds for the jobs (and nodes) whose batch shows a sign (engine/screen.py), else on the
+    routine pass."""
+    urgent_jobs: set[int] = set()
+    urgent_nodes: set[int] = set()
+    if batch is not None:
+        signs = SCREEN.look(batch.series, batch.counts, batch.values, batch.logs, batch.events)
+        jobs, nodes = job_ids or {}, node_ids or {}
+        urgent_jobs = {jobs[j] for j in signs.jobs if j in jobs}
+        urgent_nodes = {nodes[n] for n in signs.nodes if n in nodes}
+    services.note_job_data(
+        operator_id, job_spans, node_spans, urgent_jobs=urgent_jobs, urgent_nodes=urgent_nodes
+    )

@@ -17,16 +17,23 @@ from tenants.context import system_context, tenant_context
 FLEET_ACTIVE = timedelta(days=1)
 
 
-def jobs_due_for_evaluation(active_s: float, now: datetime | None = None) -> list[tuple[int, int]]:
+def jobs_due_for_evaluation(
+    active_s: float, routine_s: float = 0.0, now: datetime | None = None
+) -> list[tuple[int, int]]:
     """(operator id, job pk) of every job, of every operator, that stored data in the last
-    `active_s` seconds and has data its last evaluation did not see. Cross-tenant on purpose
-    (the periodic fan-out): ids only."""
+    `active_s` seconds and has data its last evaluation did not see — never evaluated, or
+    evaluated more than `routine_s` seconds ago. Cross-tenant on purpose (the periodic
+    fan-out): ids only."""
     now = now or datetime.now(UTC)
     with system_context():
         rows = JobActivity.objects.filter(
             received_at__gte=now - timedelta(seconds=active_s)
         ).filter(
-            Q(evaluated_through_ts__isnull=True) | Q(last_data_ts__gt=F("evaluated_through_ts"))
+            Q(evaluated_through_ts__isnull=True)
+            | Q(
+                last_data_ts__gt=F("evaluated_through_ts"),
+                evaluated_at__lte=now - timedelta(seconds=routine_s),
+            )
         )
         return [(int(o), int(j)) for o, j in rows.values_list("operator_id", "job_id")]
 

@@ -21,12 +21,12 @@ from typing import Any
 
 from django.core.cache import cache
 from django.db import IntegrityError, connection, transaction
-from django.db.models import F, Value
+from django.db.models import Case, F, Q, Value, When
 from django.db.models.functions import Greatest, Least
 
 from ingest import selectors as ingest_selectors
 from ingest.models import TERMINAL_JOB_STATES
-from investigations import live, notifications, pricing, signals
+from investigations import live, notifications, pricing, signals, window_cache
 from investigations.models import (
     GPU_DEGRADING,
     GpuListPrice,
@@ -54,9 +54,22 @@ WINDOW_S = 1800.0
 # periodic problems (a checkpoint stall recurs at each save, typically every 10–60 min);
 # longer keeps a fixed problem open for no reason.
 GRACE_S = 600.0
-# At most one evaluation per job per 10 s from the ingest signal: agents ship every few
-# seconds, and the detectors' window moves by a few samples per evaluation at most.
-DEBOUNCE_S = 10.0
+# Routine evaluations: at most one per job per 30 s from the ingest signal (the first 10 s
+# after the job's data starts, so it sees those), and the fan-out for any job not evaluated
+# for 30 s. Evaluating every job every few seconds would cost far more than the detection
+# budget (≤ 0.1 core per 1,000 GPUs: a 4-GPU job's evaluation takes ~25 ms of CPU); most jobs,
+# most of the time, are fine and unchanged.
+ROUTINE_S = 30.0
+ROUTINE_COUNTDOWN_S = 10.0
+# A job whose newest batch shows a sign (engine/screen.py: an event, an error line, a counter
+# that moved, a level change, a GPU drifting from its peers) is evaluated within seconds: at
+# most every 2 s, 1 s after the batch (so the other nodes' batches of that second are in).
+URGENT_S = 2.0
+URGENT_COUNTDOWN_S = 1.0
+# An evaluation that found verdicts and changed nothing (no incident created or revised) makes
+# the job routine again for 30 s even while its batches keep showing signs: a known problem
+# (an open incident) does not need re-evaluating every 2 s.
+SETTLED_S = 30.0
 # A job that stored data in the last 10 min is active (the fan-out evaluates it).
 ACTIVE_S = 600.0
 # GPU time is accounted up to 30 s behind the newest data: batches of a job's nodes arrive
@@ -66,8 +79,12 @@ SETTLE_S = 30.0
 # data reached within 2 min of them: agents ship every few seconds, so a longer gap means the
 # job is gone (its end never reported) and the node runs something else.
 CONTINUITY_S = 120.0
-# An evaluation holding the lock longer than this is presumed dead (worker killed).
-LOCK_TTL_S = 600.0
+# An evaluation holding the lock longer than this is presumed dead (its worker was killed):
+# evaluations take 0.02–0.5 s (a cold cache of a 200-GPU job: a few seconds), and a killed
+# worker's lock must not hold the job's next verdicts back for long. If one ever outlives it,
+# a second evaluation runs beside it, which merging tolerates (unique open incidents,
+# notification claims).
+LOCK_TTL_S = 30.0
 # A verdict revision is kept when the verdict changes in substance: family, category,
 # subject, title or recommendation, or confidence moving by at least this much.
 CONFIDENCE_STEP = 0.05
@@ -89,16 +106,22 @@ def note_job_data(
     spans: dict[int, tuple[float, float]],
     node_spans: dict[int, tuple[float, float]] | None = None,
     now: datetime | None = None,
+    *,
+    urgent_jobs: Iterable[int] = (),
+    urgent_nodes: Iterable[int] = (),
 ) -> list[int]:
     """Ingest stored data for these jobs (job pk → (first ts, last ts) in the batch), and
     samples without a job on these nodes (node pk → span), which count for the running jobs
     with a rank on the node (a GPU reading the agent could not attribute is still the job's).
 
     Records the activity (in the caller's transaction, so it commits with the batch) and
-    schedules an evaluation of each job at most once per DEBOUNCE_S. Returns the job pks it
-    scheduled."""
+    schedules an evaluation of each job: within URGENT_COUNTDOWN_S, at most once per URGENT_S,
+    for `urgent_jobs` and the running jobs on `urgent_nodes` (their batch showed a sign) unless
+    settled; else at most once per ROUTINE_S. Returns the job pks it scheduled."""
     now = now or datetime.now(UTC)
     spans = dict(spans)
+    urgent = set(urgent_jobs)
+    hot_nodes = set(urgent_nodes)
     with tenant_context(operator_id):
         if node_spans:
             running = ingest_selectors.running_jobs_on_nodes(operator_id, node_spans)
@@ -116,16 +139,29 @@ def note_job_data(
                     continue
                 a, b = spans.get(job_pk, (lo, hi))
                 spans[job_pk] = (min(a, lo), max(b, hi))
+                if node_pk in hot_nodes:
+                    urgent.add(job_pk)
         if not spans:
             return []
         # In job pk order: concurrent batches of the same jobs lock their activity rows in one
         # order, so neither holds one the other waits for (docs/ingest.md, "Concurrency").
         for job_pk, (first, last) in sorted(spans.items()):
             _widen_activity(operator_id, job_pk, first, last, now)
-    scheduled = [pk for pk in spans if cache.add(_debounce_key(operator_id, pk), 1, DEBOUNCE_S)]
-    for job_pk in scheduled:
-        transaction.on_commit(lambda pk=job_pk: schedule_job_evaluation(operator_id, pk))  # type: ignore[misc]
-    return scheduled
+    scheduled: list[tuple[int, float]] = []
+    for pk in spans:
+        if (
+            pk in urgent
+            and cache.get(_settled_key(operator_id, pk)) is None
+            and cache.add(_debounce_key(operator_id, pk, "urgent"), 1, URGENT_S)
+        ):
+            scheduled.append((pk, URGENT_COUNTDOWN_S))
+        elif cache.add(_debounce_key(operator_id, pk, "routine"), 1, ROUTINE_S):
+            scheduled.append((pk, ROUTINE_COUNTDOWN_S))
+    for job_pk, countdown in scheduled:
+        transaction.on_commit(
+            lambda pk=job_pk, c=countdown: schedule_job_evaluation(operator_id, pk, c)  # type: ignore[misc]
+        )
+    return [pk for pk, _ in scheduled]
 
 
 def _widen_activity(
@@ -135,10 +171,15 @@ def _widen_activity(
     stored concurrently by ingest's writer threads and by other ingest processes, and a
     read-modify-write here would lose the later one's span."""
     rows = JobActivity.objects.for_tenant(operator_id).filter(job_id=job_pk)
+    # Data that begins further back than the window cache re-reads (the values compared are
+    # the row's before this update).
+    late = Q(last_data_ts__gt=first + window_cache.OVERLAP_S)
     widen = {
         "first_data_ts": Least(F("first_data_ts"), Value(first)),
         "last_data_ts": Greatest(F("last_data_ts"), Value(last)),
         "received_at": now,
+        "late_batches": Case(When(late, then=F("late_batches") + 1), default=F("late_batches")),
+        "late_first_ts": Case(When(late, then=Value(first)), default=F("late_first_ts")),
     }
     if rows.update(**widen):
         return
@@ -161,11 +202,17 @@ def _key(*parts: object) -> str:
     return ":".join(["investigations", str(connection.settings_dict["NAME"]), *map(str, parts)])
 
 
-def _debounce_key(operator_id: int, job_pk: int) -> str:
-    return _key("eval-debounce", operator_id, job_pk)
+def _debounce_key(operator_id: int, job_pk: int, kind: str) -> str:
+    return _key("eval-debounce", kind, operator_id, job_pk)
 
 
-def schedule_job_evaluation(operator_id: int, job_pk: int, countdown: float = DEBOUNCE_S) -> None:
+def _settled_key(operator_id: int, job_pk: int) -> str:
+    return _key("eval-settled", operator_id, job_pk)
+
+
+def schedule_job_evaluation(
+    operator_id: int, job_pk: int, countdown: float = ROUTINE_COUNTDOWN_S
+) -> None:
     """Announce that the job needs an evaluation in `countdown` seconds (the countdown lets it
     see the rest of the debounce period's data too). investigations.tasks answers by enqueuing
     its evaluate_job task: to the broker's workers in production, to the in-process runner's
@@ -233,7 +280,14 @@ def evaluate_job(operator_id: int, job_pk: int) -> EvaluationResult:
         t1 = activity.last_data_ts
         t0 = max(activity.first_data_ts, t1 - WINDOW_S)
         ended = job.state in TERMINAL_JOB_STATES
-        window, verdicts = live.detect_job(operator_id, job.job_id, t0, t1)
+        window, verdicts = live.detect_job(
+            operator_id,
+            job.job_id,
+            t0,
+            t1,
+            job_state=(job.state, job.ended_at, job.world_size, job.rerun_of),
+            late=window_cache.LateData(activity.late_batches, activity.late_first_ts),
+        )
         usage_through = activity.usage_through_ts
         settle = t1 if ended else t1 - SETTLE_S
         with tenant_context(operator_id):
@@ -246,6 +300,8 @@ def evaluate_job(operator_id: int, job_pk: int) -> EvaluationResult:
                 evaluated_at=datetime.now(UTC),
                 usage_through_ts=usage_through,
             )
+        if verdicts and not merge.created and not merge.revised:
+            cache.set(_settled_key(operator_id, job_pk), 1, SETTLED_S)
         return EvaluationResult("evaluated", verdicts, merge, (t0, t1))
 
 

@@ -49,8 +49,9 @@ def evaluate_fleet_health(operator_id: int, gpu_id: str) -> str:
 
 @shared_task(name="investigations.fan_out_job_evaluations", ignore_result=True)
 def fan_out_job_evaluations() -> int:
-    """Enqueue evaluate_job for every active job with unevaluated data, of every operator."""
-    due = selectors.jobs_due_for_evaluation(services.ACTIVE_S)
+    """Enqueue evaluate_job for every active job, of every operator, with data no evaluation
+    saw in the last ROUTINE_S (the routine pass; signs in a batch bring evaluations forward)."""
+    due = selectors.jobs_due_for_evaluation(services.ACTIVE_S, services.ROUTINE_S)
     for operator_id, job_pk in due:
         evaluate_job.delay(operator_id, job_pk)
     return len(due)

@@ -22,9 +22,10 @@ BEAT_SCHEDULE: dict[str, Periodic] = {
         task="investigations.fan_out_job_evaluations",
         every_seconds=15,
         reason=(
-            "catches every active job whose ingest signal was debounced, lost or skipped on a "
-            "busy lock, and drives incident resolution; verdicts are promised within seconds to "
-            "minutes, and a job without new data is not re-evaluated, so 15 s costs little"
+            "the routine pass: every active job whose data no evaluation saw in the last 30 s "
+            "(ROUTINE_S) — an ingest signal debounced, lost or skipped on a busy lock, a "
+            "worker restarted — and incident resolution; every 15 s so a job waits at most "
+            "45 s, while batches showing a sign are evaluated within seconds by the signal"
         ),
     ),
     "investigations-fan-out-fleet-health": Periodic(

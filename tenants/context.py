@@ -59,23 +59,47 @@ def _swap_settings(using: str, operator: str | None, system: str) -> tuple[str, 
     return str(row[0]), str(row[1])
 
 
+# The settings a tenant_context()/system_context() put in force on a connection's open
+# transaction, as (operator, system), kept on the connection while the block runs: a context
+# nested in one of the same tenant (a selector called inside a service's context) then needs
+# no round trips to set and restore what is already set. Anything else (None: unknown) takes
+# the full path, so a stale value can only cost a round trip, never scope a query wrongly.
+_IN_FORCE = "proof_tenant_in_force"
+_SYSTEM = ("", "on")
+
+
+@contextmanager
+def _settings_block(using: str, wanted: tuple[str, str], operator: str | None) -> Iterator[None]:
+    connection = connections[using]
+    with transaction.atomic(using=using):
+        in_force = getattr(connection, _IN_FORCE, None)
+        if in_force == wanted and wanted != _SYSTEM:
+            yield
+            return
+        previous_operator, previous_system = _swap_settings(using, operator, wanted[1])
+        setattr(connection, _IN_FORCE, wanted)
+        try:
+            # On an exception the transaction/savepoint rollback undoes set_config by itself.
+            yield
+        finally:
+            setattr(connection, _IN_FORCE, in_force)
+        _swap_settings(using, None if operator is None else previous_operator, previous_system)
+
+
 @contextmanager
 def tenant_context(operator_id: int, using: str = "default") -> Iterator[None]:
-    """Run the block as operator `operator_id` (inside a transaction)."""
-    with transaction.atomic(using=using):
-        previous_operator, previous_system = _swap_settings(using, str(int(operator_id)), "")
-        # On an exception the transaction/savepoint rollback undoes set_config by itself.
+    """Run the block as operator `operator_id` (inside a transaction or savepoint)."""
+    operator = str(int(operator_id))
+    with _settings_block(using, (operator, ""), operator):
         yield
-        _swap_settings(using, previous_operator, previous_system)
 
 
 @contextmanager
 def system_context(using: str = "default") -> Iterator[None]:
     """Run the block with cross-tenant visibility. Keep these blocks small and few."""
-    with transaction.atomic(using=using):
-        _, previous_system = _swap_settings(using, None, "on")
+    # The operator setting is kept as it is; what is in force is then not a plain tenant's.
+    with _settings_block(using, _SYSTEM, None):
         yield
-        _swap_settings(using, None, previous_system)
 
 
 def current_operator_id(using: str = "default") -> int | None:
@@ -95,9 +119,13 @@ def activate_tenant_in_transaction(operator_id: int, using: str = "default") -> 
     For code that cannot wrap its work in tenant_context() because the tenant becomes known
     only part-way through (DRF authenticates inside the view's transaction).
     """
-    if not connections[using].in_atomic_block:
+    connection = connections[using]
+    if not connection.in_atomic_block:
         raise RuntimeError("activate_tenant_in_transaction() needs an open transaction")
     _swap_settings(using, str(int(operator_id)), "")
+    # Unknown from here on (it cannot be restored when the transaction ends): nested contexts
+    # set their settings in full.
+    setattr(connection, _IN_FORCE, None)
 
 
 def tenant_task(func: Callable[..., R]) -> Callable[..., R]:

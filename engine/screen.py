@@ -1,0 +1,211 @@
+"""A cheap look at each stored batch for signs that a job's verdict may be due now.
+
+The detectors (engine.detectors) need a job's window and cost milliseconds per GPU; running
+them every few seconds on every job of a fleet would cost more than the product may (≤ 0.1
+core per 1,000 GPUs). Most jobs, most of the time, are fine and unchanged: they are evaluated
+on a routine pass (every 30 s). A job whose newest batch shows a sign below is evaluated within
+seconds instead, so its verdict comes while the fault is fresh:
+
+- an event (XID, throttle, link down, …) on its node;
+- a log line of the kinds verdicts are made of: errors and tracebacks, timeouts, a
+  non-finite value, a checkpoint starting, or a loss ≥ 1.5× the lowest the job printed;
+- a cumulative error counter that moved (ECC, row remaps, NVLink/PCIe/InfiniBand errors);
+- hardware throttling (HW slowdown, HW thermal, power brake);
+- a signal whose level changed: the batch's mean is off its running mean (EWMA) by ≥ 15%;
+- one GPU of a node drifting from its peers on an activity signal (tensor/SM/GPU
+  activity, the rank's synchronize time): its EWMA of the relative gap ≥ 4%.
+
+A sign only brings an evaluation forward; the verdict is the detectors' alone, so a false sign
+costs an evaluation, never a false verdict, and a missed one costs the wait for the routine
+pass. The state (a running mean per series, the lowest loss per job) is bounded (least
+recently seen dropped first) and starts empty after a restart: the first batches of a series
+only set its baseline.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from contract import signals
+from contract.rows import SeriesInfo
+
+# A batch mean ≥ 15% off the series' running mean is a level change (healthy jobs' 1 s samples
+# jitter by 1–3% on activity signals; a stall, a checkpoint or a starved loader moves them by
+# far more). Values within ABS_FLOOR of the mean never count (a near-zero signal's relative
+# change means nothing).
+LEVEL_CHANGE = 0.15
+ABS_FLOOR = 1.0
+# Running means move by 30% of each batch: a change counts for the few batches until the
+# mean catches up, then stops (a new steady level is not a sign).
+EWMA_ALPHA = 0.3
+# A GPU whose activity stays ≥ 4% off its node's peers (EWMA of the gap) is drifting; the
+# detectors' own floor for a slow rank is 3–5%.
+PEER_GAP = 0.04
+# A printed loss ≥ 1.5× the job's lowest is a sign (the divergence rule needs ≥ 2×, then
+# staying ≥ 1.5×; the sign comes first).
+LOSS_RISE = 1.5
+MAX_SERIES = 500_000
+MAX_JOBS = 50_000
+
+_PEER_SIGNALS = frozenset(
+    {
+        signals.DCGM_FI_PROF_PIPE_TENSOR_ACTIVE,
+        signals.DCGM_FI_PROF_SM_ACTIVE,
+        signals.DCGM_FI_PROF_GR_ENGINE_ACTIVE,
+        signals.DCGM_FI_DEV_GPU_UTIL,
+        signals.CUDA_SYNC_MS,
+    }
+)
+_HW_THROTTLE = (
+    signals.THROTTLE_HW_SLOWDOWN | signals.THROTTLE_HW_THERMAL | signals.THROTTLE_HW_POWER_BRAKE
+)
+_LOG_SIGN = re.compile(
+    r"error|exception|traceback|timed? ?out|timeout|\bnan\b|\binf\b|killed|watchdog|"
+    r"saving|checkpoint|xid|nccl warn|out of memory",
+    re.IGNORECASE,
+)
+_LOSS = re.compile(
+    r"""\bloss['"]?\s*[:=]\s*['"]?([-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?)""", re.IGNORECASE
+)
+
+
+@dataclass
+class Signs:
+    """What looked due, with the first reason seen: job ids, and nodes (for samples and events
+    that carry no job)."""
+
+    jobs: dict[str, str] = field(default_factory=dict)
+    nodes: dict[str, str] = field(default_factory=dict)
+
+    def add(self, job: str, node: str, reason: str) -> None:
+        if job:
+            self.jobs.setdefault(job, reason)
+        elif node:
+            self.nodes.setdefault(node, reason)
+
+    def __bool__(self) -> bool:
+        return bool(self.jobs or self.nodes)
+
+
+class BatchScreen:
+    """Per process (ingest's), shared by its writer threads."""
+
+    def __init__(self, max_series: int = MAX_SERIES, max_jobs: int = MAX_JOBS) -> None:
+        self._means: OrderedDict[SeriesInfo, float] = OrderedDict()
+        self._gaps: OrderedDict[tuple[str, str, str], float] = OrderedDict()
+        self._low_loss: OrderedDict[str, float] = OrderedDict()
+        self._max_series = max_series
+        self._max_jobs = max_jobs
+        self._lock = threading.Lock()
+
+    def look(
+        self,
+        series: Sequence[SeriesInfo],
+        counts: np.ndarray,
+        values: np.ndarray,
+        logs: Sequence[dict[str, Any]] = (),
+        events: Sequence[dict[str, Any]] = (),
+    ) -> Signs:
+        """The signs in one batch: its series (identity, samples per series, values in series
+        order) and its log and event records (ingest's decoded dicts)."""
+        signs = Signs()
+        for e in events:
+            signs.add(str(e.get("job") or ""), str(e.get("node") or ""), f"event {e.get('name')}")
+        with self._lock:
+            self._look_logs(logs, signs)
+            if len(values):
+                self._look_series(series, counts, values, signs)
+        return signs
+
+    # --- logs ------------------------------------------------------------------------------
+    def _look_logs(self, logs: Sequence[dict[str, Any]], signs: Signs) -> None:
+        for row in logs:
+            line = str(row.get("line") or "")
+            job = str(row.get("job") or "")
+            if _LOG_SIGN.search(line):
+                signs.add(job, str(row.get("node") or ""), "log line")
+                continue
+            if not job:
+                continue
+            m = _LOSS.search(line)
+            if m is None:
+                continue
+            loss = float(m.group(1))
+            low = self._low_loss.get(job)
+            if low is None or loss < low:
+                self._low_loss[job] = loss
+                self._low_loss.move_to_end(job)
+                while len(self._low_loss) > self._max_jobs:
+                    self._low_loss.popitem(last=False)
+            elif low > 0 and loss >= LOSS_RISE * low:
+                signs.add(job, "", "loss rose")
+
+    # --- series ----------------------------------------------------------------------------
+    def _look_series(
+        self, series: Sequence[SeriesInfo], counts: np.ndarray, values: np.ndarray, signs: Signs
+    ) -> None:
+        nonzero = np.flatnonzero(counts)
+        if not len(nonzero):
+            return
+        starts = np.concatenate(([0], np.cumsum(counts)[:-1]))[nonzero]
+        finite = np.where(np.isfinite(values), values, 0.0)
+        sums = np.add.reduceat(finite, starts)
+        n = counts[nonzero].astype(np.float64)
+        means = sums / n
+        lasts = values[starts + counts[nonzero] - 1]
+        firsts = values[starts]
+        peers: dict[tuple[str, str], list[tuple[SeriesInfo, float]]] = {}
+        for k, idx in enumerate(nonzero.tolist()):
+            info = series[idx]
+            name = info.name
+            mean = float(means[k])
+            if name == signals.DCGM_FI_DEV_CLOCK_THROTTLE_REASONS:
+                if int(np.nan_to_num(lasts[k])) & _HW_THROTTLE:
+                    signs.add(info.job, info.node, "hardware throttling")
+                continue
+            if signals.is_cumulative(name):
+                before = self._means.get(info)
+                last = float(lasts[k])
+                if (before is not None and last > before) or float(firsts[k]) < last:
+                    signs.add(info.job, info.node, f"{name} moved")
+                self._remember(info, last)
+                continue
+            before = self._means.get(info)
+            if before is None:
+                self._remember(info, mean)
+            else:
+                if abs(mean - before) > max(LEVEL_CHANGE * abs(before), ABS_FLOOR):
+                    signs.add(info.job, info.node, f"{name} changed level")
+                self._remember(info, before + EWMA_ALPHA * (mean - before))
+            if name in _PEER_SIGNALS and info.gpu:
+                peers.setdefault((info.node, name), []).append((info, mean))
+        for (node, name), rows in peers.items():
+            if len(rows) < 2:
+                continue
+            level = float(np.mean([m for _, m in rows]))
+            if level <= ABS_FLOOR:
+                continue
+            for info, mean in rows:
+                key = (node, name, info.gpu)
+                gap = mean / level - 1.0
+                held = self._gaps.get(key)
+                held = gap if held is None else held + EWMA_ALPHA * (gap - held)
+                self._gaps[key] = held
+                self._gaps.move_to_end(key)
+                if abs(held) >= PEER_GAP:
+                    signs.add(info.job, node, f"{name} drifting from its peers")
+        while len(self._gaps) > self._max_series:
+            self._gaps.popitem(last=False)
+
+    def _remember(self, info: SeriesInfo, value: float) -> None:
+        self._means[info] = value
+        self._means.move_to_end(info)
+        while len(self._means) > self._max_series:
+            self._means.popitem(last=False)

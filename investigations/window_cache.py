@@ -1,0 +1,378 @@
+"""Each job's recent data, kept by the worker between evaluations.
+
+The live pipeline evaluates a job every few seconds while its data arrives. Reading its whole
+window (up to 30 min of every series, its logs and its nodes' events) from storage each time
+cost most of an evaluation and grew with the window; here the worker keeps what it read and
+each evaluation reads only what arrived since, plus an overlap:
+
+    CachedIngestStore(operator, job, t0, t1, late)   # refreshes the job's entry, then serves
+    build_job_window(store, job, t0, t1)             # the same window builder as offline
+
+- **Delta reads.** An entry holds the job's series, its nodes' series and events and its log
+  lines over [start, through]. A refresh reads [through − OVERLAP_S, t1] and replaces the
+  cached samples from that point on: batches of one job's nodes come from different agents a
+  few seconds apart, so the newest seconds are re-read until every node's batch is in.
+- **Late batches.** A batch older than the overlap (an agent shipping its spool after a
+  network outage) is counted by ingest's signal in `JobActivity.late_batches` with its first
+  timestamp; an entry that sees the count move re-reads from that timestamp (or in full when
+  it missed more than one). Nothing accepted is ever left out of a window for good: after a
+  restart, or for a job this worker has not seen, the entry is built from storage in full.
+- **Bounded.** Samples older than the window are dropped as the window moves, and the entries
+  together hold at most `PROOF_EVAL_CACHE_SAMPLES` samples (16 bytes each): the least recently
+  evaluated jobs are dropped first and rebuilt from storage when next evaluated.
+- **Catalogs and metadata** (which series a job has, its processes, the GPU inventory, the job
+  rows) are re-read every META_TTL_S, and at once when the job's state or end changes.
+
+Correctness never depends on the entry: a worker that never saw the job, or saw only part of
+its data, reads what it lacks. Routing a job's evaluations to one worker (docs/live-pipeline.md,
+"Where the tasks run") is what makes the entry useful.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+from django.conf import settings
+
+from contract.rows import EventRow, JobMeta, LogRow, ProcessInfo, SeriesData, SeriesInfo
+from ingest import selectors as ingest_selectors
+from tenants.context import tenant_context
+
+# Re-read the newest 15 s at each refresh: a job's nodes ship their batches from separate
+# agents, each every ~1 s, and under load up to several seconds apart; a batch older than this
+# is a late one (counted by ingest's signal, re-read from its first sample).
+OVERLAP_S = 15.0
+# Catalogs and metadata change rarely (a rank's process appears, the job ends): re-read every
+# 15 s, which delays a new rank's first appearance in the window by as much at most.
+META_TTL_S = 15.0
+# Drop samples older than the window only once they are this far behind, so trimming (a copy
+# of every array) happens once a minute, not at every refresh.
+TRIM_SLACK_S = 60.0
+# Same bounds on log lines and events as a window read from storage.
+LOG_LIMIT = 200_000
+EVENT_LIMIT = 20_000
+
+
+@dataclass(frozen=True)
+class LateData:
+    """What ingest recorded of batches older than the overlap (JobActivity)."""
+
+    batches: int = 0
+    first_ts: float | None = None  # first sample time of the latest such batch
+
+
+@dataclass
+class _Entry:
+    operator_id: int
+    job: str
+    start: float = float("inf")  # everything from here…
+    through: float = float("-inf")  # …to here is held
+    late_batches: int = 0
+    series: dict[SeriesInfo, SeriesData] = field(default_factory=dict)
+    node_series: dict[str, dict[SeriesInfo, SeriesData]] = field(default_factory=dict)
+    events: dict[str, list[EventRow]] = field(default_factory=dict)
+    logs: list[LogRow] = field(default_factory=list)
+    catalog: ingest_selectors.SeriesCatalog | None = None
+    node_catalogs: dict[str, ingest_selectors.SeriesCatalog] = field(default_factory=dict)
+    metas: dict[str, JobMeta] | None = None
+    processes: list[ProcessInfo] | None = None
+    gpu_locations: dict[str, tuple[str, int | None]] | None = None
+    meta_key: tuple[object, ...] = ()
+    meta_read_at: float = float("-inf")
+    full_reads: int = 0
+    delta_reads: int = 0
+
+    def samples(self) -> int:
+        held = sum(len(s.ts) for s in self.series.values())
+        return held + sum(len(s.ts) for ss in self.node_series.values() for s in ss.values())
+
+
+class WindowCache:
+    """The entries of one worker process (thread-safe: a worker may run evaluations on
+    several threads; one job is evaluated by one at a time, under its evaluation lock)."""
+
+    def __init__(self, max_samples: int | None = None) -> None:
+        self._entries: OrderedDict[tuple[int, str], _Entry] = OrderedDict()
+        self._lock = threading.Lock()
+        self._max_samples = max_samples
+        self.evictions = 0
+
+    @property
+    def max_samples(self) -> int:
+        if self._max_samples is not None:
+            return self._max_samples
+        return int(getattr(settings, "PROOF_EVAL_CACHE_SAMPLES", 20_000_000))
+
+    def entry(self, operator_id: int, job: str) -> _Entry:
+        key = (operator_id, job)
+        with self._lock:
+            found = self._entries.get(key)
+            if found is None:
+                found = self._entries[key] = _Entry(operator_id, job)
+            self._entries.move_to_end(key)
+            return found
+
+    def drop(self, operator_id: int, job: str) -> None:
+        with self._lock:
+            self._entries.pop((operator_id, job), None)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
+    def enforce_bound(self, keep: tuple[int, str]) -> None:
+        """Drop the least recently evaluated entries (never `keep`) past the sample bound."""
+        with self._lock:
+            total = sum(e.samples() for e in self._entries.values())
+            for key in list(self._entries):
+                if total <= self.max_samples:
+                    break
+                if key == keep:
+                    continue
+                total -= self._entries.pop(key).samples()
+                self.evictions += 1
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+# One per worker process (each prefork child has its own, by fork).
+CACHE = WindowCache()
+
+
+def _splice(held: dict[SeriesInfo, SeriesData], fresh: Iterable[SeriesData], cutoff: float) -> None:
+    """Replace the held samples from `cutoff` on with the freshly read ones."""
+    for s in fresh:
+        old = held.get(s.info)
+        if old is None or not len(old.ts):
+            held[s.info] = s
+            continue
+        k = int(np.searchsorted(old.ts, cutoff, side="left"))
+        if k == len(old.ts) and not len(s.ts):
+            continue
+        held[s.info] = SeriesData(
+            s.info, np.concatenate((old.ts[:k], s.ts)), np.concatenate((old.values[:k], s.values))
+        )
+
+
+def _trim(held: dict[SeriesInfo, SeriesData], keep_from: float) -> None:
+    for info, s in list(held.items()):
+        if len(s.ts) and s.ts[0] < keep_from:
+            k = int(np.searchsorted(s.ts, keep_from, side="left"))
+            held[info] = SeriesData(info, s.ts[k:], s.values[k:])
+
+
+def _cut(s: SeriesData, t0: float, t1: float) -> SeriesData:
+    a, b = np.searchsorted(s.ts, [t0, t1 + 1e-9])
+    if a == 0 and b == len(s.ts):
+        return s
+    return SeriesData(s.info, s.ts[a:b], s.values[a:b])
+
+
+class CachedIngestStore:
+    """The `SignalStore` of one live evaluation of `job`, served from the worker's entry for the
+    job after refreshing it to [t0, t1]. Other jobs' logs (a rerun's) are read from storage."""
+
+    def __init__(
+        self,
+        operator_id: int,
+        job: str,
+        spans: dict[str, tuple[float, float]],
+        t0: float,
+        t1: float,
+        *,
+        job_state: tuple[object, ...] = (),
+        late: LateData | None = None,
+        cache: WindowCache | None = None,
+        now: float | None = None,
+    ) -> None:
+        self.operator_id = operator_id
+        self.job = job
+        self.spans = dict(spans)
+        self.cache = cache if cache is not None else CACHE
+        self.entry = self.cache.entry(operator_id, job)
+        self._refresh(
+            t0, t1, job_state, late or LateData(), time.monotonic() if now is None else now
+        )
+        self.cache.enforce_bound((operator_id, job))
+
+    # --- refresh --------------------------------------------------------------------------
+    def _refresh(
+        self, t0: float, t1: float, job_state: tuple[object, ...], late: LateData, now: float
+    ) -> None:
+        e = self.entry
+        op = self.operator_id
+        full = t0 < e.start or not np.isfinite(e.through) or t1 < e.through
+        cutoff = e.through - OVERLAP_S
+        if late.batches != e.late_batches:
+            if late.batches == e.late_batches + 1 and late.first_ts is not None:
+                cutoff = min(cutoff, late.first_ts)
+            else:
+                full = True
+            e.late_batches = late.batches
+        if full:
+            self._clear(e)
+            cutoff = t0
+            e.full_reads += 1
+        else:
+            cutoff = max(cutoff, t0)
+            e.delta_reads += 1
+        stale_meta = now - e.meta_read_at >= META_TTL_S or e.meta_key != job_state or full
+        with tenant_context(op):
+            if stale_meta:
+                e.metas = ingest_selectors.job_metas(op, self.spans)
+                e.gpu_locations = ingest_selectors.gpu_locations(op)
+                first = self.spans.get(self.job, (None, None))[0]
+                e.processes = ingest_selectors.job_processes(
+                    op, self.job, first, gpus=e.gpu_locations
+                )
+                e.catalog = self._recatalog(
+                    e.catalog, ingest_selectors.job_series_catalog(op, self.job), e.series, cutoff
+                )
+                for node in e.node_series:
+                    e.node_catalogs[node] = self._recatalog(
+                        e.node_catalogs.get(node),
+                        ingest_selectors.node_series_catalog(op, node),
+                        e.node_series[node],
+                        cutoff,
+                    )
+                e.meta_key = job_state
+                e.meta_read_at = now
+            catalog = e.catalog or ingest_selectors.SeriesCatalog({}, frozenset())
+            _splice(e.series, ingest_selectors.catalog_samples(op, catalog, cutoff, t1), cutoff)
+            for node in list(e.node_series):
+                self._refresh_node(node, cutoff, t1)
+            e.logs = [r for r in e.logs if r.ts < cutoff] + self._read_logs(cutoff, t1)
+            if len(e.logs) > LOG_LIMIT:
+                e.logs = e.logs[-LOG_LIMIT:]
+        e.start = min(e.start, t0)
+        e.through = t1
+        keep_from = t0
+        if e.start < keep_from - TRIM_SLACK_S:
+            _trim(e.series, keep_from)
+            for held in e.node_series.values():
+                _trim(held, keep_from)
+            for node, rows in e.events.items():
+                e.events[node] = [r for r in rows if r.ts >= keep_from]
+            e.logs = [r for r in e.logs if r.ts >= keep_from]
+            e.start = keep_from
+
+    def _recatalog(
+        self,
+        old: ingest_selectors.SeriesCatalog | None,
+        new: ingest_selectors.SeriesCatalog,
+        held: dict[SeriesInfo, SeriesData],
+        cutoff: float,
+    ) -> ingest_selectors.SeriesCatalog:
+        """The new catalog; series it adds are read over what the entry already holds (the
+        refresh reads every series from `cutoff` on), so a series that appeared since the
+        last catalog read is not missing its first samples."""
+        e = self.entry
+        if old is not None and np.isfinite(e.start):
+            added = {sid: info for sid, info in new.infos.items() if sid not in old.infos}
+            if added:
+                part = ingest_selectors.SeriesCatalog(added, new.node_ids)
+                for s in ingest_selectors.catalog_samples(self.operator_id, part, e.start, cutoff):
+                    held[s.info] = _cut(s, e.start, cutoff - 1e-6)
+        return new
+
+    @staticmethod
+    def _clear(e: _Entry) -> None:
+        e.series.clear()
+        e.node_series.clear()
+        e.events.clear()
+        e.logs = []
+        e.node_catalogs.clear()
+        e.start = float("inf")
+        e.through = float("-inf")
+
+    def _read_logs(self, t0: float, t1: float) -> list[LogRow]:
+        half = max(0.0, (t1 - t0) / 2)
+        return ingest_selectors.job_logs(
+            self.operator_id, self.job, t0 + half, before_s=half, after_s=half, limit=LOG_LIMIT
+        )
+
+    def _refresh_node(self, node: str, cutoff: float, t1: float) -> None:
+        e = self.entry
+        catalog = e.node_catalogs.get(node)
+        if catalog is None:
+            catalog = e.node_catalogs[node] = ingest_selectors.node_series_catalog(
+                self.operator_id, node
+            )
+        held = e.node_series.setdefault(node, {})
+        _splice(
+            held, ingest_selectors.catalog_samples(self.operator_id, catalog, cutoff, t1), cutoff
+        )
+        old = [r for r in e.events.get(node, []) if r.ts < cutoff]
+        fresh = ingest_selectors.events(
+            self.operator_id, node=node, t0=cutoff, t1=t1, limit=EVENT_LIMIT
+        )
+        e.events[node] = (old + fresh)[-EVENT_LIMIT:]
+
+    # --- SignalStore ----------------------------------------------------------------------
+    def jobs(self) -> dict[str, JobMeta]:
+        metas = self.entry.metas or {}
+        out = {}
+        for job, meta in metas.items():
+            first, last = self.spans.get(job, (float("inf"), float("-inf")))
+            out[job] = replace(meta, first_ts=first, last_ts=last)
+        return out
+
+    def gpu_locations(self) -> dict[str, tuple[str, int | None]]:
+        return dict(self.entry.gpu_locations or {})
+
+    def processes(self, job: str) -> list[ProcessInfo]:
+        if job == self.job:
+            return list(self.entry.processes or [])
+        first = self.spans.get(job, (None, None))[0]
+        return ingest_selectors.job_processes(
+            self.operator_id, job, first, gpus=self.gpu_locations()
+        )
+
+    def job_series(self, job: str, t0: float, t1: float) -> list[SeriesData]:
+        if job != self.job:
+            return ingest_selectors.job_series(self.operator_id, job, t0, t1)
+        return [_cut(s, t0, t1) for s in self.entry.series.values()]
+
+    def node_series(
+        self, node: str, t0: float, t1: float, names: Iterable[str] | None = None
+    ) -> list[SeriesData]:
+        e = self.entry
+        if node not in e.node_series:  # first asked: read it over what the entry holds
+            self._refresh_node(node, e.start, e.through)
+        wanted = None if names is None else set(names)
+        return [
+            _cut(s, t0, t1)
+            for s in e.node_series[node].values()
+            if wanted is None or s.info.name in wanted
+        ]
+
+    def events(self, *, node: str, t0: float, t1: float) -> list[EventRow]:
+        e = self.entry
+        if node not in e.node_series:
+            self._refresh_node(node, e.start, e.through)
+        return [r for r in e.events.get(node, []) if t0 <= r.ts <= t1]
+
+    def job_logs(self, job: str, t0: float, t1: float) -> list[LogRow]:
+        if job != self.job:
+            half = max(0.0, (t1 - t0) / 2)
+            return ingest_selectors.job_logs(
+                self.operator_id, job, t0 + half, before_s=half, after_s=half, limit=LOG_LIMIT
+            )
+        return [r for r in self.entry.logs if t0 <= r.ts <= t1]
+
+    def gpu_series(self, gpu: str, t0: float, t1: float) -> list[SeriesData]:
+        return ingest_selectors.gpu_series(self.operator_id, gpu, t0, t1)
+
+    def gpus(self) -> list[tuple[str, str, int | None]]:
+        return [(uuid, node, index) for uuid, (node, index) in sorted(self.gpu_locations().items())]
+
+    def time_range(self) -> tuple[float, float]:
+        if not self.spans:
+            return (0.0, 0.0)
+        return (min(a for a, _ in self.spans.values()), max(b for _, b in self.spans.values()))
