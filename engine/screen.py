@@ -9,11 +9,13 @@ seconds instead, so its verdict comes while the fault is fresh:
 - an event (XID, throttle, link down, …) on its node;
 - a log line of the kinds verdicts are made of: errors and tracebacks, timeouts, a
   non-finite value, a checkpoint starting, or a loss ≥ 1.5× the lowest the job printed;
-- a cumulative error counter that moved (ECC, row remaps, NVLink/PCIe/InfiniBand errors);
+- a cumulative error counter that moved (double-bit ECC, row remaps, NVLink/PCIe/InfiniBand
+  errors);
 - hardware throttling (HW slowdown, HW thermal, power brake);
 - a signal whose level changed: the batch's mean is off its running mean (EWMA) by ≥ 15%;
 - one GPU of a node drifting from its peers on an activity signal (tensor/SM/GPU
-  activity, the rank's synchronize time): its EWMA of the relative gap ≥ 4%.
+  activity: EWMA of the relative gap ≥ 4%; the rank's synchronize time: ≥ 25%);
+- the job's first minute (verdicts about how a job runs from its start have no change to see).
 
 A sign only brings an evaluation forward; the verdict is the detectors' alone, so a false sign
 costs an evaluation, never a false verdict, and a missed one costs the wait for the routine
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -36,21 +39,31 @@ import numpy as np
 from contract import signals
 from contract.rows import SeriesInfo
 
-# A batch mean ≥ 15% off the series' running mean is a level change (healthy jobs' 1 s samples
-# jitter by 1–3% on activity signals; a stall, a checkpoint or a starved loader moves them by
-# far more). Values within ABS_FLOOR of the mean never count (a near-zero signal's relative
-# change means nothing).
-LEVEL_CHANGE = 0.15
+# A level change: the series' recent mean (EWMA, 30% per batch: about the last 5 s) ≥ 25% off
+# its long mean (EWMA, 3% per batch: about the last 30 s). Healthy training's 1 s GPU
+# utilisation swings by tens of points at a save or an evaluation loop, an inference server's
+# with its request bursts; a stall, a hang or a starved loader moves it for good. Values
+# within ABS_FLOOR of the mean never count (a near-zero signal's relative change means nothing).
+LEVEL_CHANGE = 0.25
 ABS_FLOOR = 1.0
-# Running means move by 30% of each batch: a change counts for the few batches until the
-# mean catches up, then stops (a new steady level is not a sign).
+# …0.01 for the profiling fields, which are ratios (0–1) rather than percentages or watts.
+RATIO_FLOOR = 0.01
 EWMA_ALPHA = 0.3
+SLOW_ALPHA = 0.03
 # A GPU whose activity stays ≥ 4% off its node's peers (EWMA of the gap) is drifting; the
 # detectors' own floor for a slow rank is 3–5%.
 PEER_GAP = 0.04
 # A printed loss ≥ 1.5× the job's lowest is a sign (the divergence rule needs ≥ 2×, then
 # staying ≥ 1.5×; the sign comes first).
 LOSS_RISE = 1.5
+# The rank's synchronize time swings with whichever rank was slowest at each step: a rank is
+# drifting only when its share stays ≥ 25% off its peers' (a straggler's peers wait 5-10×
+# longer than it does).
+PEER_GAP_SYNC = 0.25
+# A job is evaluated within seconds through its first minute too: some verdicts are about how
+# the job runs from its start (an inference server that never fills its batches), with no
+# change to see.
+YOUNG_S = 60.0
 MAX_SERIES = 500_000
 MAX_JOBS = 50_000
 
@@ -63,6 +76,28 @@ _PEER_SIGNALS = frozenset(
         signals.CUDA_SYNC_MS,
     }
 )
+# Level changes are looked for on the signals verdicts are made of; others (launch counts, the
+# longest launch gap, memory used) swing from second to second in healthy jobs.
+# The synchronize time is compared with the peers' only: on its own it swings with whichever
+# rank was slowest at each step.
+_LEVEL_SIGNALS = (_PEER_SIGNALS - {signals.CUDA_SYNC_MS}) | {
+    signals.DCGM_FI_DEV_POWER_USAGE,
+    signals.DCGM_FI_DEV_SM_CLOCK,
+}
+# Cumulative counters that count errors (traffic and token counters move all the time). SBE
+# counts are fleet health's (gpu_degrading, evaluated on its own schedule), not a job's.
+_ERROR_COUNTER_MARKS = ("DBE", "REMAP", "CRC", "REPLAY", "RECOVERY", "ERROR", "DOWNED", "DISCARD")
+
+
+def _floor(name: str) -> float:
+    return RATIO_FLOOR if name.startswith(signals.DCGM_PROF_PREFIX) else ABS_FLOOR
+
+
+def _is_error_counter(name: str) -> bool:
+    upper = name.upper()
+    return signals.is_cumulative(name) and any(m in upper for m in _ERROR_COUNTER_MARKS)
+
+
 _HW_THROTTLE = (
     signals.THROTTLE_HW_SLOWDOWN | signals.THROTTLE_HW_THERMAL | signals.THROTTLE_HW_POWER_BRAKE
 )
@@ -72,7 +107,7 @@ _LOG_SIGN = re.compile(
     re.IGNORECASE,
 )
 _LOSS = re.compile(
-    r"""\bloss['"]?\s*[:=]\s*['"]?([-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?)""", re.IGNORECASE
+    r"""loss['"]?\s*[:=]?\s*['"]?([-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?)""", re.IGNORECASE
 )
 
 
@@ -99,11 +134,15 @@ class BatchScreen:
 
     def __init__(self, max_series: int = MAX_SERIES, max_jobs: int = MAX_JOBS) -> None:
         self._means: OrderedDict[SeriesInfo, float] = OrderedDict()
-        self._gaps: OrderedDict[tuple[str, str, str], float] = OrderedDict()
+        self._gaps: OrderedDict[Any, float] = OrderedDict()
         self._low_loss: OrderedDict[str, float] = OrderedDict()
+        self._first_seen: OrderedDict[str, float] = OrderedDict()
+        self._levels: OrderedDict[SeriesInfo, tuple[float, float]] = OrderedDict()
         self._max_series = max_series
         self._max_jobs = max_jobs
         self._lock = threading.Lock()
+        self.cpu_s = 0.0  # thread CPU time spent looking, summed (what the screen costs)
+        self.batches = 0
 
     def look(
         self,
@@ -112,9 +151,11 @@ class BatchScreen:
         values: np.ndarray,
         logs: Sequence[dict[str, Any]] = (),
         events: Sequence[dict[str, Any]] = (),
+        ts_ms: np.ndarray | None = None,
     ) -> Signs:
-        """The signs in one batch: its series (identity, samples per series, values in series
-        order) and its log and event records (ingest's decoded dicts)."""
+        """The signs in one batch: its series (identity, samples per series, values and
+        timestamps in series order) and its log and event records (ingest's decoded dicts)."""
+        began = time.thread_time()
         signs = Signs()
         for e in events:
             signs.add(str(e.get("job") or ""), str(e.get("node") or ""), f"event {e.get('name')}")
@@ -122,6 +163,12 @@ class BatchScreen:
             self._look_logs(logs, signs)
             if len(values):
                 self._look_series(series, counts, values, signs)
+                if ts_ms is not None and len(ts_ms):
+                    self._look_young(
+                        series, float(ts_ms.min()) / 1e3, float(ts_ms.max()) / 1e3, signs
+                    )
+            self.cpu_s += time.thread_time() - began
+            self.batches += 1
         return signs
 
     # --- logs ------------------------------------------------------------------------------
@@ -147,6 +194,19 @@ class BatchScreen:
             elif low > 0 and loss >= LOSS_RISE * low:
                 signs.add(job, "", "loss rose")
 
+    def _look_young(
+        self, series: Sequence[SeriesInfo], first: float, last: float, signs: Signs
+    ) -> None:
+        for job in {info.job for info in series if info.job}:
+            began = self._first_seen.get(job)
+            if began is None:
+                began = self._first_seen[job] = first
+                while len(self._first_seen) > self._max_jobs:
+                    self._first_seen.popitem(last=False)
+            self._first_seen.move_to_end(job)
+            if last - began < YOUNG_S:
+                signs.add(job, "", "young job")
+
     # --- series ----------------------------------------------------------------------------
     def _look_series(
         self, series: Sequence[SeriesInfo], counts: np.ndarray, values: np.ndarray, signs: Signs
@@ -171,41 +231,55 @@ class BatchScreen:
                     signs.add(info.job, info.node, "hardware throttling")
                 continue
             if signals.is_cumulative(name):
+                if not _is_error_counter(name):
+                    continue
                 before = self._means.get(info)
                 last = float(lasts[k])
                 if (before is not None and last > before) or float(firsts[k]) < last:
                     signs.add(info.job, info.node, f"{name} moved")
                 self._remember(info, last)
                 continue
-            before = self._means.get(info)
-            if before is None:
-                self._remember(info, mean)
+            if name not in _LEVEL_SIGNALS:
+                continue
+            held = self._levels.get(info)
+            if held is None:
+                fast = slow = mean
             else:
-                if abs(mean - before) > max(LEVEL_CHANGE * abs(before), ABS_FLOOR):
+                fast = held[0] + EWMA_ALPHA * (mean - held[0])
+                slow = held[1] + SLOW_ALPHA * (mean - held[1])
+                if abs(fast - slow) > max(LEVEL_CHANGE * abs(slow), _floor(name)):
                     signs.add(info.job, info.node, f"{name} changed level")
-                self._remember(info, before + EWMA_ALPHA * (mean - before))
-            if name in _PEER_SIGNALS and info.gpu:
+            self._levels[info] = (fast, slow)
+            self._levels.move_to_end(info)
+            if name in _PEER_SIGNALS and (info.gpu or info.pid):
                 peers.setdefault((info.node, name), []).append((info, mean))
         for (node, name), rows in peers.items():
             if len(rows) < 2:
                 continue
             level = float(np.mean([m for _, m in rows]))
-            if level <= ABS_FLOOR:
+            if level <= _floor(name):
                 continue
+            limit = PEER_GAP_SYNC if name == signals.CUDA_SYNC_MS else PEER_GAP
             for info, mean in rows:
-                key = (node, name, info.gpu)
+                key = (node, name, info.gpu or str(info.pid))
                 gap = mean / level - 1.0
-                held = self._gaps.get(key)
-                held = gap if held is None else held + EWMA_ALPHA * (gap - held)
-                self._gaps[key] = held
+                prior = self._gaps.get(key)
+                drift = gap if prior is None else prior + EWMA_ALPHA * (gap - prior)
+                self._gaps[key] = drift
                 self._gaps.move_to_end(key)
-                if abs(held) >= PEER_GAP:
+                if abs(drift) >= limit:
                     signs.add(info.job, node, f"{name} drifting from its peers")
-        while len(self._gaps) > self._max_series:
-            self._gaps.popitem(last=False)
+        for held_map in (self._gaps, self._levels):
+            while len(held_map) > self._max_series:
+                held_map.popitem(last=False)
 
     def _remember(self, info: SeriesInfo, value: float) -> None:
         self._means[info] = value
         self._means.move_to_end(info)
         while len(self._means) > self._max_series:
             self._means.popitem(last=False)
+
+
+# The process's screen: ingest's receivers feed it every stored batch (one per ingest process:
+# the running means are of what that process stored).
+SCREEN = BatchScreen()

@@ -9,12 +9,9 @@ from typing import Any
 
 from django.dispatch import receiver
 
-from engine.screen import BatchScreen
+from engine.screen import SCREEN
 from ingest.signals import batch_stored
 from investigations import services
-
-# One per ingest process: the running means the screen compares each batch with.
-SCREEN = BatchScreen()
 
 
 @receiver(batch_stored, dispatch_uid="investigations.note_job_data")
@@ -35,7 +32,9 @@ def note_stored_batch(
     urgent_jobs: set[int] = set()
     urgent_nodes: set[int] = set()
     if batch is not None:
-        signs = SCREEN.look(batch.series, batch.counts, batch.values, batch.logs, batch.events)
+        signs = SCREEN.look(
+            batch.series, batch.counts, batch.values, batch.logs, batch.events, batch.ts_ms
+        )
         jobs, nodes = job_ids or {}, node_ids or {}
         urgent_jobs = {jobs[j] for j in signs.jobs if j in jobs}
         urgent_nodes = {nodes[n] for n in signs.nodes if n in nodes}

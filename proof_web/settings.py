@@ -166,6 +166,13 @@ CELERY_TASK_ALWAYS_EAGER = False
 CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TIMEZONE = "UTC"
+# Each job's evaluations go to one of this many queues (investigations/routing.py), so the
+# worker on it keeps the job's recent data; 1: no routing, every worker takes every task.
+PROOF_EVAL_QUEUES = env_int("PROOF_EVAL_QUEUES", 1, minimum=1)
+CELERY_TASK_ROUTES = ("investigations.routing.route_task",)
+# Samples (16 bytes each) a worker keeps of its jobs' recent data (investigations/
+# window_cache.py); the least recently evaluated jobs are dropped first.
+PROOF_EVAL_CACHE_SAMPLES = env_int("PROOF_EVAL_CACHE_SAMPLES", 20_000_000, minimum=0)
 
 if REDIS_URL:
     CHANNEL_LAYERS = {

@@ -53,6 +53,7 @@ import numpy as np
 
 import simulator
 from contract.cli import NumberOption, add_number_options
+from engine.screen import SCREEN
 from proof_web import bench_probe
 from proof_web.commands.demo_live import (
     AgentRun,
@@ -157,6 +158,7 @@ class Tasks:
         self.probe = probe
         self.runner: Any = None
         self.procs: list[subprocess.Popen[bytes]] = []
+        self.queues: list[str] = ["celery"]
         self.in_process = in_process()
         if self.in_process:
             bench_probe.install(probe)
@@ -168,9 +170,17 @@ class Tasks:
                 "broker here (TASKS_IN_PROCESS: no REDIS_URL, or PROOF_ENV=test)"
             )
             return
-        env = dict(os.environ, PROOF_BENCH_PROBE=probe)
+        # One evaluation queue per worker process (investigations/routing.py): each job's
+        # evaluations go to one worker, which keeps the job's recent data. Its task slots are
+        # threads, so they share that data (prefork children would each keep their own).
+        from django.conf import settings
+
+        settings.PROOF_EVAL_QUEUES = workers  # this process enqueues (ingest runs here)
+        self.queues = ["celery"] + [f"proof.eval.{i}" for i in range(workers)]
+        env = dict(os.environ, PROOF_BENCH_PROBE=probe, PROOF_EVAL_QUEUES=str(workers))
         celery = [sys.executable, "-m", "celery", "-A", "proof_web.celery:app"]
         self.app().control.purge()  # what an earlier run left queued is nobody's now
+        pool = "threads" if workers > 1 else "prefork"
         for i in range(workers):
             argv = [
                 *celery,
@@ -179,8 +189,10 @@ class Tasks:
                 "proof_web.bench_probe",
                 "--concurrency",
                 str(concurrency),
+                "-Q",
+                f"proof.eval.{i},celery" if workers > 1 else "celery",
                 "--pool",
-                "prefork",
+                pool,
                 "--loglevel",
                 "WARNING",
                 "--without-gossip",
@@ -199,8 +211,9 @@ class Tasks:
         ]
         self.procs.append(self._spawn(beat, env, logs / "beat.log"))
         self.describe = (
-            f"{workers} celery worker process(es) × {concurrency} (prefork) and celery beat on "
-            "Redis, the production schedule"
+            f"{workers} celery worker process(es) × {concurrency} ({pool}; "
+            f"{'one evaluation queue each' if workers > 1 else 'one queue'}) and celery beat "
+            "on Redis, the production schedule"
         )
 
     @staticmethod
@@ -239,8 +252,9 @@ class Tasks:
         while calm < 2 and time.monotonic() < deadline:
             time.sleep(1.0)
             with self.app().connection_for_write() as conn:
-                # The Redis transport keeps the default queue as the list "celery".
-                queued = int(conn.default_channel.client.llen("celery"))
+                # The Redis transport keeps each queue as a list of that name.
+                client = conn.default_channel.client
+                queued = sum(int(client.llen(q)) for q in self.queues)
             active = inspect.active() or {}
             reserved = inspect.reserved() or {}
             scheduled = inspect.scheduled() or {}
@@ -374,13 +388,15 @@ def _cpu_lines(
     gpus: int,
     gpus_per_job: dict[tuple[int, int], int],
     wall_s: float,
+    screen_cpu_s: float = 0.0,
+    screen_batches: int = 0,
 ) -> list[str]:
     tasks = [e for e in events if e["event"] == "task"]
     jobs = [e for e in tasks if e["task"] == JOB_TASK]
     fleet = [e for e in tasks if e["task"] == FLEET_TASK]
     cpu_jobs = sum(e["cpu_s"] for e in jobs)
     cpu_fleet = sum(e["cpu_s"] for e in fleet)
-    cores = (cpu_jobs + cpu_fleet) / data_s if data_s else float("nan")
+    cores = (cpu_jobs + cpu_fleet + screen_cpu_s) / data_s if data_s else float("nan")
     per_1000 = cores * 1000 / gpus if gpus else float("nan")
     per_gpu_eval = [
         e["cpu_s"] / gpus_per_job[(e["args"][0], e["args"][1])]
@@ -390,7 +406,8 @@ def _cpu_lines(
     lines = [
         f"detection CPU: evaluate_job {len(jobs)} runs {cpu_jobs:.1f} s CPU "
         f"({(cpu_jobs / len(jobs) * 1000) if jobs else 0:.0f} ms each), evaluate_fleet_health "
-        f"{len(fleet)} runs {cpu_fleet:.1f} s CPU, over {data_s:,.0f} data s of {gpus} GPUs",
+        f"{len(fleet)} runs {cpu_fleet:.1f} s CPU, ingest's batch screen {screen_batches} "
+        f"batches {screen_cpu_s:.1f} s CPU, over {data_s:,.0f} data s of {gpus} GPUs",
         f"  = {cores:.4f} cores at {gpus} GPUs → {per_1000:.3f} cores per 1,000 GPUs "
         "(CPU s per data s, × 1000 / GPUs)",
     ]
@@ -463,6 +480,7 @@ def _faults(
     all_plays: list[Play] = []
     data_s = 0.0
     wall_s = 0.0
+    screen_cpu0, batches0 = SCREEN.cpu_s, SCREEN.batches
     for seed in range(args.first_seed, args.first_seed + args.seeds):
         plays = [Play(by_family[f], f, seed, args.nodes, args.gpus_per_node) for f in wanted] + [
             Play(c, None, seed, args.nodes, args.gpus_per_node) for c in controls
@@ -539,7 +557,9 @@ def _faults(
     events = bench_probe.read(tasks.probe)
     gpus = sum(p.gpus for p in all_plays) // max(args.seeds, 1)
     per_job = _gpus_per_job([p.operator_id for p in all_plays])
-    for line in _cpu_lines(events, data_s, gpus, per_job, wall_s):
+    for line in _cpu_lines(
+        events, data_s, gpus, per_job, wall_s, SCREEN.cpu_s - screen_cpu0, SCREEN.batches - batches0
+    ):
         print(line)
     agent_errors = [p.agent.error for p in all_plays if p.agent is not None and p.agent.error]
     for error in agent_errors:
@@ -555,6 +575,7 @@ def _fleet(
     work: Path,
     tasks: Tasks,
 ) -> int:
+    screen_cpu0, batches0 = SCREEN.cpu_s, SCREEN.batches
     nodes_total = max(1, math.ceil(args.fleet_gpus / FLEET_GPUS_PER_NODE))
     agents = max(1, min(args.fleet_agents, nodes_total))
     mix = ["healthy_training", *by_family.values()]
@@ -578,7 +599,15 @@ def _fleet(
     began, _ended, events = _play_wave(plays, args, port, work, tasks, what)
     wall_s = time.time() - began
     gpus = sum(p.gpus for p in plays)
-    for line in _cpu_lines(events, args.duration, gpus, _gpus_per_job([operator_id]), wall_s):
+    for line in _cpu_lines(
+        events,
+        args.duration,
+        gpus,
+        _gpus_per_job([operator_id]),
+        wall_s,
+        SCREEN.cpu_s - screen_cpu0,
+        SCREEN.batches - batches0,
+    ):
         print(line)
     errors = [p.agent.error for p in plays if p.agent is not None and p.agent.error]
     for error in errors:

@@ -1,0 +1,191 @@
+"""The batch screen (engine/screen.py): which batches bring a job's evaluation forward."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+import pytest
+
+from contract import signals
+from contract.rows import SeriesInfo, labels_key
+from engine.screen import YOUNG_S, BatchScreen, Signs
+from simulator import simulate
+
+NODE = "node-1"
+
+
+def _gpu(name: str, index: int, job: str = "") -> SeriesInfo:
+    return SeriesInfo(name, NODE, f"GPU-{index}", index, None, job, None)
+
+
+def _look(screen: BatchScreen, rows: dict[SeriesInfo, float], ts: float = 0.0, **kw: Any) -> Signs:
+    infos = list(rows)
+    values = np.array([rows[i] for i in infos], dtype=np.float64)
+    return screen.look(
+        infos,
+        np.ones(len(infos), dtype=np.int64),
+        values,
+        ts_ms=np.full(len(infos), ts * 1e3),
+        **kw,
+    )
+
+
+def _steady(screen: BatchScreen, rows: dict[SeriesInfo, float], batches: int = 40) -> None:
+    for k in range(batches):
+        assert not _look(screen, rows, float(k)), f"a steady batch {k} showed a sign"
+
+
+def test_a_level_change_is_a_sign_and_a_steady_one_is_not() -> None:
+    screen = BatchScreen()
+    util = _gpu(signals.DCGM_FI_DEV_GPU_UTIL, 0)
+    _steady(screen, {util: 97.0})
+    # A stall: utilisation falls to 10 and stays there. Seen within two batches...
+    first = next(k for k in range(10) if _look(screen, {util: 10.0}, 40.0 + k).nodes)
+    assert first <= 1
+    # ...and not for ever: the new level becomes the baseline.
+    later = [bool(_look(screen, {util: 10.0}, 60.0 + k)) for k in range(200)]
+    assert not any(later[-50:])
+
+
+def test_error_counters_and_hardware_throttling_are_signs_traffic_is_not() -> None:
+    screen = BatchScreen()
+    crc = _gpu(signals.DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL, 0, "job-1")
+    xmit = SeriesInfo("ib.port_xmit_data", NODE, "", None, None, "", None, None, labels_key({}))
+    throttle = _gpu(signals.DCGM_FI_DEV_CLOCK_THROTTLE_REASONS, 0, "job-1")
+    _look(screen, {throttle: 0.0}, 0.0)  # the job began long before (not young)
+    for k in range(5):  # traffic grows every second; errors and throttling stay put
+        signs = _look(screen, {crc: 7.0, xmit: 1e9 * k, throttle: 0.0}, 100.0 + k)
+        assert (not signs.nodes and "job-1" not in signs.jobs) or k == 0
+    assert (
+        not _look(screen, {crc: 7.0, xmit: 9e9, throttle: signals.THROTTLE_SW_POWER_CAP}, 106.0)
+        .jobs.get("job-1", "")
+        .startswith("hardware")
+    )
+    moved = _look(screen, {crc: 9.0, xmit: 1e10, throttle: 0.0}, 107.0)
+    assert "moved" in moved.jobs["job-1"]
+    hot = _look(screen, {crc: 9.0, xmit: 2e10, throttle: signals.THROTTLE_HW_THERMAL}, 108.0)
+    assert hot.jobs["job-1"] == "hardware throttling"
+
+
+def test_a_gpu_drifting_from_its_peers_is_a_sign_jitter_is_not() -> None:
+    rng = np.random.default_rng(3)
+    screen = BatchScreen()
+    tensors = [_gpu(signals.DCGM_FI_PROF_PIPE_TENSOR_ACTIVE, i) for i in range(4)]
+    for k in range(100):  # healthy: 1% jitter around 0.5
+        rows = {t: 0.5 * (1 + 0.01 * rng.standard_normal()) for t in tensors}
+        assert not _look(screen, rows, float(k)), k
+    # GPU 2 falls 10% behind: seen within a few batches.
+    seen = None
+    for k in range(10):
+        rows = {t: 0.5 * (1 + 0.01 * rng.standard_normal()) for t in tensors}
+        rows[tensors[2]] *= 0.9
+        if "peers" in _look(screen, rows, 100.0 + k).nodes.get(NODE, ""):
+            seen = k
+            break
+    assert seen is not None and seen <= 5
+
+
+def test_log_lines_and_events() -> None:
+    screen = BatchScreen()
+    util = _gpu(signals.DCGM_FI_DEV_GPU_UTIL, 0)
+
+    def log(line: str) -> dict[str, Any]:
+        return {"line": line, "job": "job-1", "node": NODE}
+
+    assert not _look(screen, {util: 90.0}, logs=[log("step 10 | loss 2.50 | lr 1e-4")]).jobs
+    assert not _look(screen, {util: 90.0}, logs=[log("step 20 | loss 2.10 | lr 1e-4")]).jobs
+    assert _look(screen, {util: 90.0}, logs=[log("step 30 | loss 3.40 | lr 1e-4")]).jobs == {
+        "job-1": "loss rose"
+    }
+    assert _look(screen, {util: 90.0}, logs=[log("Traceback (most recent call last):")]).jobs
+    event = {"name": "xid", "node": NODE, "job": ""}
+    assert _look(screen, {util: 90.0}, events=[event]).nodes == {NODE: "event xid"}
+
+
+def test_a_job_is_urgent_through_its_first_minute_only() -> None:
+    screen = BatchScreen()
+    util = _gpu(signals.DCGM_FI_DEV_GPU_UTIL, 0, "job-1")
+    young = [_look(screen, {util: 90.0}, 1000.0 + k).jobs.get("job-1") for k in range(90)]
+    assert all(r == "young job" for r in young[: int(YOUNG_S)])
+    assert not any(young[int(YOUNG_S) + 1 :])
+
+
+def test_state_is_bounded() -> None:
+    screen = BatchScreen(max_series=10, max_jobs=3)
+    for k in range(50):
+        _look(screen, {_gpu(signals.DCGM_FI_DEV_GPU_UTIL, k, f"job-{k}"): 50.0}, float(k))
+    assert len(screen._levels) <= 10
+    assert len(screen._first_seen) <= 3
+
+
+def _batches(
+    scenario: str, seed: int = 1
+) -> tuple[dict[str, Any], Iterable[tuple[float, list[dict[str, Any]]]]]:
+    run = simulate(scenario, seed=seed, duration_s=600, nodes=1, gpus_per_node=4)
+    records = sorted(run.records(), key=lambda r: float(r.get("ts", 0.0)))
+
+    def cut() -> Iterable[tuple[float, list[dict[str, Any]]]]:
+        start = float(records[0]["ts"])
+        batch: list[dict[str, Any]] = []
+        for r in records:
+            while float(r.get("ts", start)) >= start + 1.0:
+                yield start, batch
+                batch, start = [], start + 1.0
+            batch.append(r)
+        yield start, batch
+
+    return dict(run.meta.get("truth") or {}), cut()
+
+
+def _screen_batch(screen: BatchScreen, batch: list[dict[str, Any]]) -> Signs:
+    samples = [r for r in batch if r.get("type") == "sample"]
+    by: dict[SeriesInfo, list[float]] = {}
+    for r in samples:
+        info = SeriesInfo(
+            r["name"],
+            r.get("node", ""),
+            r.get("gpu", ""),
+            r.get("gpu_index"),
+            r.get("pid"),
+            r.get("job", ""),
+            r.get("rank"),
+            r.get("local_rank"),
+            labels_key(r.get("labels")),
+        )
+        by.setdefault(info, []).append(float(r["value"]))
+    infos = list(by)
+    return screen.look(
+        infos,
+        np.array([len(by[i]) for i in infos], dtype=np.int64),
+        np.array([v for i in infos for v in by[i]], dtype=np.float64),
+        [r for r in batch if r.get("type") == "log"],
+        [r for r in batch if r.get("type") == "event"],
+        np.array([float(r["ts"]) * 1e3 for r in samples]),
+    )
+
+
+@pytest.mark.parametrize(
+    "scenario",
+    [
+        "slow_rank",
+        "collective_hang",
+        "checkpoint_stall",
+        "input_starvation",
+        "fabric_degraded",
+        "hardware_fault",
+        "numerical_divergence",
+    ],
+)
+def test_each_simulated_fault_shows_a_sign_within_seconds_of_its_onset(scenario: str) -> None:
+    truth, batches = _batches(scenario)
+    onset = float(truth["onset"])
+    screen = BatchScreen()
+    first = None
+    for start, batch in batches:
+        signs = _screen_batch(screen, batch)
+        if start >= onset and signs:
+            first = start - onset
+            break
+    assert first is not None and first <= 5.0, (scenario, first)
