@@ -152,7 +152,7 @@ def _splice(held: dict[SeriesInfo, SeriesData], fresh: Iterable[SeriesData], cut
         if old is None or not len(old.ts):
             held[s.info] = s
             continue
-        k = int(np.searchsorted(old.ts, cutoff, side="left"))
+        k = int(np.searchsorted(old.ts, cutoff - _MS_TOLERANCE, side="left"))
         if k == len(old.ts) and not len(s.ts):
             continue
         held[s.info] = SeriesData(
@@ -167,8 +167,13 @@ def _trim(held: dict[SeriesInfo, SeriesData], keep_from: float) -> None:
             held[info] = SeriesData(info, s.ts[k:], s.values[k:])
 
 
+# Storage keeps milliseconds and reads by them; a sample's float seconds may land a hair past
+# the float bound it was read by.
+_MS_TOLERANCE = 5e-4
+
+
 def _cut(s: SeriesData, t0: float, t1: float) -> SeriesData:
-    a, b = np.searchsorted(s.ts, [t0, t1 + 1e-9])
+    a, b = np.searchsorted(s.ts, [t0 - _MS_TOLERANCE, t1 + _MS_TOLERANCE])
     if a == 0 and b == len(s.ts):
         return s
     return SeriesData(s.info, s.ts[a:b], s.values[a:b])

@@ -1,0 +1,108 @@
+"""The worker's cache of each job's recent data (investigations/window_cache.py): what it serves
+after delta reads is exactly what a full read of storage gives, late batches included."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from contract import signals
+from contract.rows import SeriesData
+from ingest import services as ingest_services
+from ingest.processing import Limits, decode_batch
+from ingest.tests.helpers import gpu_batch
+from investigations.live import IngestStore, _spans
+from investigations.models import JobActivity
+from investigations.tests.live_helpers import job_pk
+from investigations.window_cache import CachedIngestStore, LateData, WindowCache
+from tenants.context import tenant_context
+from tenants.testing import make_tenant
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+JOB = "job-cache"
+
+
+def _store(op: int, sequence: int, start: float, seconds: int = 5, **kw: object) -> None:
+    batch = gpu_batch(
+        agent_id="agent-cache", sequence=sequence, job=JOB, start=start, seconds=seconds, **kw
+    )
+    ingest_services.store_batch(op, decode_batch(batch, Limits()))
+
+
+def _by_info(series: list[SeriesData]) -> dict[object, tuple[list[float], list[float]]]:
+    return {s.info: (s.ts.tolist(), s.values.tolist()) for s in series if len(s.ts)}
+
+
+def _activity(op: int) -> JobActivity:
+    with tenant_context(op):
+        return JobActivity.objects.for_tenant(op).get(job_id=job_pk(op, JOB))
+
+
+def _cached(op: int, cache: WindowCache, *, now: float | None = None) -> CachedIngestStore:
+    a = _activity(op)
+    return CachedIngestStore(
+        op,
+        JOB,
+        _spans(op, [JOB]),
+        a.first_data_ts,
+        a.last_data_ts,
+        late=LateData(a.late_batches, a.late_first_ts),
+        cache=cache,
+        now=now,
+    )
+
+
+def _full(op: int) -> dict[object, tuple[list[float], list[float]]]:
+    a = _activity(op)
+    store = IngestStore(op, _spans(op, [JOB]))
+    return _by_info(store.job_series(JOB, a.first_data_ts, a.last_data_ts))
+
+
+def test_delta_reads_serve_what_a_full_read_gives_late_batches_included() -> None:
+    op = make_tenant("cache-a").operator.pk
+    cache = WindowCache()
+    base = time.time() - 600
+    _store(op, 1, base, seconds=30)
+    first = _cached(op, cache)
+    assert first.entry.full_reads == 1
+    # Batches every 5 s, each followed by an evaluation: only the newest seconds are read...
+    for k in range(6):
+        _store(op, 2 + k, base + 30 + 5 * k)
+        store = _cached(op, cache)
+    a = _activity(op)
+    got = _by_info(store.job_series(JOB, a.first_data_ts, a.last_data_ts))
+    assert store.entry.full_reads == 1
+    assert store.entry.delta_reads == 6
+    # ...and the cache holds exactly what storage holds: 60 one-hertz samples per series.
+    assert got == _full(op)
+    assert {len(ts) for ts, _ in got.values()} == {60}
+    # A late batch (an agent's spool after an outage: data from 20 s into the job, of a signal
+    # not seen before) is counted by the ingest signal and re-read from its first sample.
+    _store(op, 20, base + 20, seconds=10, names=(signals.DCGM_FI_DEV_SM_CLOCK,))
+    a = _activity(op)
+    assert (a.late_batches, a.late_first_ts) == (1, pytest.approx(base + 20, abs=1e-3))
+    later = _cached(op, cache, now=time.monotonic() + 60)  # catalogs re-read (their TTL)
+    got = _by_info(later.job_series(JOB, a.first_data_ts, a.last_data_ts))
+    assert got == _full(op)
+    clocks = [v for info, v in got.items() if info.name == signals.DCGM_FI_DEV_SM_CLOCK]  # type: ignore[attr-defined]
+    assert clocks and all(len(ts) == 10 for ts, _ in clocks)
+    assert later.entry.full_reads == 1
+
+
+def test_entries_are_bounded_least_recently_evaluated_first() -> None:
+    op = make_tenant("cache-b").operator.pk
+    base = time.time() - 600
+    _store(op, 1, base, seconds=30)
+    cache = WindowCache(max_samples=100)  # one job's 2 GPUs × 2 signals × 30 s = 120 samples
+    store = _cached(op, cache)
+    assert store.entry.samples() == 120
+    cache.entry(op, "another-job")  # a second job evaluated after it: the first one goes
+    cache.enforce_bound((op, "another-job"))
+    assert len(cache) == 1 and cache.evictions == 1
+    # Dropped is only slower: the next evaluation reads the job from storage in full.
+    again = _cached(op, cache)
+    assert again.entry.full_reads == 1
+    assert np.isfinite(again.entry.through)
