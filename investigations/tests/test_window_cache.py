@@ -25,9 +25,20 @@ pytestmark = pytest.mark.django_db(transaction=True)
 JOB = "job-cache"
 
 
-def _store(op: int, sequence: int, start: float, seconds: int = 5, **kw: object) -> None:
+def _store(
+    op: int,
+    sequence: int,
+    start: float,
+    seconds: int = 5,
+    names: tuple[str, ...] = (signals.DCGM_FI_DEV_GPU_UTIL, signals.DCGM_FI_DEV_POWER_USAGE),
+) -> None:
     batch = gpu_batch(
-        agent_id="agent-cache", sequence=sequence, job=JOB, start=start, seconds=seconds, **kw
+        agent_id="agent-cache",
+        sequence=sequence,
+        job=JOB,
+        start=start,
+        seconds=seconds,
+        names=names,
     )
     ingest_services.store_batch(op, decode_batch(batch, Limits()))
 
@@ -83,7 +94,8 @@ def test_delta_reads_serve_what_a_full_read_gives_late_batches_included() -> Non
     # not seen before) is counted by the ingest signal and re-read from its first sample.
     _store(op, 20, base + 20, seconds=10, names=(signals.DCGM_FI_DEV_SM_CLOCK,))
     a = _activity(op)
-    assert (a.late_batches, a.late_first_ts) == (1, pytest.approx(base + 20, abs=1e-3))
+    assert a.late_batches == 1
+    assert a.late_first_ts == pytest.approx(base + 20, abs=1e-3)
     later = _cached(op, cache, now=time.monotonic() + 60)  # catalogs re-read (their TTL)
     got = _by_info(later.job_series(JOB, a.first_data_ts, a.last_data_ts))
     assert got == _full(op)
