@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from contract import signals
-from contract.rows import SeriesData
+from contract.rows import SeriesData, SeriesInfo
 from ingest import services as ingest_services
 from ingest.processing import Limits, decode_batch
 from ingest.tests.helpers import gpu_batch
@@ -43,7 +43,7 @@ def _store(
     ingest_services.store_batch(op, decode_batch(batch, Limits()))
 
 
-def _by_info(series: list[SeriesData]) -> dict[object, tuple[list[float], list[float]]]:
+def _by_info(series: list[SeriesData]) -> dict[SeriesInfo, tuple[list[float], list[float]]]:
     return {s.info: (s.ts.tolist(), s.values.tolist()) for s in series if len(s.ts)}
 
 
@@ -66,7 +66,7 @@ def _cached(op: int, cache: WindowCache, *, now: float | None = None) -> CachedI
     )
 
 
-def _full(op: int) -> dict[object, tuple[list[float], list[float]]]:
+def _full(op: int) -> dict[SeriesInfo, tuple[list[float], list[float]]]:
     a = _activity(op)
     store = IngestStore(op, _spans(op, [JOB]))
     return _by_info(store.job_series(JOB, a.first_data_ts, a.last_data_ts))
@@ -99,7 +99,7 @@ def test_delta_reads_serve_what_a_full_read_gives_late_batches_included() -> Non
     later = _cached(op, cache, now=time.monotonic() + 60)  # catalogs re-read (their TTL)
     got = _by_info(later.job_series(JOB, a.first_data_ts, a.last_data_ts))
     assert got == _full(op)
-    clocks = [v for info, v in got.items() if info.name == signals.DCGM_FI_DEV_SM_CLOCK]  # type: ignore[attr-defined]
+    clocks = [v for info, v in got.items() if info.name == signals.DCGM_FI_DEV_SM_CLOCK]
     assert clocks and all(len(ts) == 10 for ts, _ in clocks)
     assert later.entry.full_reads == 1
 
