@@ -23,7 +23,7 @@ from engine.window import JobWindow
 # steps is noise in a run's throughput. Whether the stalls matter is the materiality rules'
 # call (saves ≥ 5% of the wall time, slowdown ≥ 5%): a 55 s save every few minutes of a job
 # with 4 s steps is only 14 steps but costs a fifth of its time.
-MIN_STALL_S = 10.0
+MIN_STALL_S = 5.0
 MIN_STALL_STEPS = 5.0
 # Saves must cost ≥ 5% of the job's wall time: below that, checkpointing is a normal overhead
 # (the usual guidance keeps checkpoint overhead at a few percent). The wall time is the stalled

@@ -13,7 +13,7 @@ Per sample, each rank's compute share (`busy_matrix`) is compared with the media
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -86,6 +86,54 @@ IMBALANCE_MIN_STEPS = 20
 _HW_THROTTLE = (
     signals.THROTTLE_HW_SLOWDOWN | signals.THROTTLE_HW_THERMAL | signals.THROTTLE_HW_POWER_BRAKE
 )
+# --- Early verdicts (issue 18: verdicts within seconds of the onset) --------------------------
+# The long waits above exist for one confounder: a GPU that throttles for 10–60 s at a time
+# (fleet health, `gpu_degrading`) makes its rank the slowest for as long. A GPU's own telemetry
+# says when that is happening: a throttle reason (HW slowdown / thermal / power brake, SW
+# thermal) or an SM clock below its peers'. A rank that is slow while its GPU runs at its
+# peers' clock with no throttle reason is not in such an episode, and is judged on statistics
+# alone (`_steady_straggler`); a throttled one keeps the long wait.
+# Throttle reasons that mark a sample as "in a throttle episode". The software power cap is
+# left out: every GPU of a job that draws its full power limit reports it, healthy or not; a
+# GPU held below its peers by a lower cap shows in its clock instead.
+_EPISODE_THROTTLE = _HW_THROTTLE | signals.THROTTLE_SW_THERMAL
+# "Its SM clock drops": below 95% of the median of the job's GPUs in the same sample. Healthy
+# GPUs of one model at full load sit within 1–2% of each other (boost bins); the simulated
+# throttle episodes and slow-rank throttles hold the clock at 50–80% of max.
+CLOCK_DROP_RATIO = 0.95
+# A steady straggler is judged on ≥ 5 samples (5 s at 1 s) of its raised lead — the few
+# samples a mean and the slowest-rank test need; what backs the verdict is the z statistic
+# below, not the count. Measured on `proof eval --time-to-verdict --prefix-step 1`: slow_rank
+# (PCIe and NVLink causes, clocks steady) 60/102 s → see docs/detectors.md.
+STEADY_MIN_SAMPLES = 5
+# …its mean lead over those samples must be ≥ 6 standard errors of an equally long mean of the
+# other ranks' leads (measured on this job's own samples, so it carries the job's jitter and its
+# sample-to-sample correlation within a step). The same margin as PERSISTENT_TSTAT: the largest
+# of 64 ranks' null z-values over every trailing segment stays far under 6.
+STEADY_Z = 6.0
+# …and it must be the slowest rank in ≥ 80% of those samples (ties excluded): one rank slow
+# sample after sample, not an average pulled up by one long step.
+STEADY_MIN_WIN = 0.8
+# The other ranks' lead needs enough of the job's own history for its standard error: ≥ 20
+# samples of the other ranks (each a series of the job's own jitter).
+STEADY_MIN_HISTORY = 20
+# Rotating imbalance, early: with throttle telemetry, samples in which a rank's GPU is in a
+# throttle episode are left out of the rotation test (they are a GPU's — fleet health — not the
+# sampler's), and a segment of ≥ 5 steps (or samples, when the log gives no step time) but
+# shorter than IMBALANCE_MIN_STEPS is judged when ≥ 4 of its steps are dispersed from the top
+# (lopsided) — the slowest rank
+# ahead of the median by ≥ what the fastest is behind, with dispersion ≥ 5% — and those steps'
+# slowest ranks rotate: ≥ 3 distinct, none slowest in > 75% of them. What a short segment could
+# confuse with rotation: healthy jitter (median dispersion ~1%, against 5%); a persistent
+# straggler (one rank slowest: top share ~1); one rank that lags once (seen: checkpoint_stall
+# seed 3, a rank 2 s late once made 3 of 5 steps dispersed, low or high, each with a random
+# "slowest" rank — the top-dispersion test counts only the steps it led, all the same rank).
+IMBALANCE_EARLY_MIN_STEPS = 5
+IMBALANCE_EARLY_MIN_LOPSIDED = 4
+# An early verdict (seconds of evidence) states at most this confidence; the long rules' verdict
+# on the same job, later, states its own.
+EARLY_MAX_CONFIDENCE = 0.75
+IMBALANCE_EARLY_MIN_DISTINCT = 3
 
 
 @dataclass
@@ -102,6 +150,34 @@ class StragglerStats:
     top_share: float
     rho: float
     others_dispersion: float  # median, after `start`, of the other ranks' dispersion
+    # (R, n): the rank's GPU in a throttle episode (`throttle_matrix`); None: no telemetry
+    throttled: np.ndarray | None = None
+    lead_matrix: np.ndarray | None = None  # (R, n) relative lead over the median rank
+    early: bool = False  # judged by `_steady_straggler` (z over samples, not 10-sample blocks)
+
+
+def throttle_matrix(w: JobWindow) -> np.ndarray | None:
+    """(R, T) whether each rank's GPU was in a throttle episode: a throttle reason of
+    `_EPISODE_THROTTLE`, or an SM clock under CLOCK_DROP_RATIO × the job's median clock in
+    that sample. None when the job's GPUs report neither signal (unknown, not "steady")."""
+    bits = w.gpu.get(signals.DCGM_FI_DEV_CLOCK_THROTTLE_REASONS)
+    clock = w.gpu.get(signals.DCGM_FI_DEV_SM_CLOCK)
+    have_bits = bits is not None and bool(np.isfinite(bits).any())
+    have_clock = clock is not None and bool(np.isfinite(clock).any())
+    if not have_bits and not have_clock:
+        return None
+    out = np.zeros((w.world, len(w.times)), dtype=bool)
+    if have_bits and bits is not None:
+        b = np.nan_to_num(bits, nan=0.0).astype(np.int64)
+        out |= (b & _EPISODE_THROTTLE) != 0
+    if have_clock and clock is not None:
+        seen = np.isfinite(clock)
+        med = np.full(clock.shape[1], np.nan)
+        cols = seen.any(axis=0)
+        med[cols] = np.nanmedian(clock[:, cols], axis=0)
+        with np.errstate(invalid="ignore"):
+            out |= seen & (clock < CLOCK_DROP_RATIO * med[None, :])
+    return out
 
 
 def relative_dispersion(x: np.ndarray) -> np.ndarray:
@@ -130,10 +206,13 @@ def straggler_stats(w: JobWindow) -> StragglerStats | None:
         return None
     busy_all, source = got
     mask = active_mask(busy_all)
-    if mask.sum() < MIN_SAMPLES:
+    # The statistics need a handful of samples; each rule has its own minimum on top
+    # (PERSISTENT_MIN_SAMPLES, IMBALANCE_*_STEPS, STEADY_MIN_*).
+    if mask.sum() < STEADY_MIN_SAMPLES:
         return None
     x = busy_all[:, mask]
     times = w.times[mask]
+    thr = throttle_matrix(w)
     med = np.median(x, axis=0)
     scale = float(np.median(med[med > 0])) if (med > 0).any() else 1.0
     lead = (x - med) / scale  # (R, n)
@@ -175,6 +254,8 @@ def straggler_stats(w: JobWindow) -> StragglerStats | None:
         top_share=top_share,
         rho=_spearman_consecutive(x),
         others_dispersion=others_dispersion,
+        throttled=thr[:, mask] if thr is not None else None,
+        lead_matrix=lead,
     )
 
 
@@ -186,6 +267,71 @@ def _is_persistent(st: StragglerStats) -> bool:
         and len(st.times) - st.start >= PERSISTENT_MIN_SAMPLES
         and st.others_dispersion < PERSISTENT_MAX_OTHERS_DISPERSION
     )
+
+
+def _steady_straggler(st: StragglerStats) -> StragglerStats | None:
+    """A straggler whose GPU is not throttled, judged on the samples since its lead began.
+
+    The segment: the trailing run of samples in which the rank with the largest lead over the
+    last STEADY_MIN_SAMPLES kept at least half that lead. Its mean lead is compared with the
+    standard error of an equally long mean of the other ranks' leads over the window (their
+    own jitter, correlation within a step included). The rank's GPU must report throttle data
+    and no throttle episode on the segment: otherwise the long rule (`_is_persistent`) waits."""
+    lead, thr = st.lead_matrix, st.throttled
+    if lead is None or thr is None or lead.shape[0] < 2:
+        return None
+    n = lead.shape[1]
+    if n < STEADY_MIN_SAMPLES:
+        return None
+    recent = lead[:, -STEADY_MIN_SAMPLES:].mean(axis=1)
+    cand = int(np.argmax(recent))
+    level = float(recent[cand])
+    if level < PERSISTENT_MIN_LEAD:
+        return None
+    raised = lead[cand] >= 0.5 * level
+    low = np.flatnonzero(~raised)
+    start = int(low[-1]) + 1 if len(low) else 0
+    seg = n - start
+    if seg < STEADY_MIN_SAMPLES or thr[cand, start:].any():
+        return None
+    others = np.delete(lead, cand, axis=0)
+    nb = n // seg
+    if others.shape[0] * nb < STEADY_MIN_HISTORY:
+        return None
+    means = others[:, : nb * seg].reshape(others.shape[0], nb, seg).mean(axis=2).ravel()
+    se = float(np.std(means, ddof=1)) if len(means) > 1 else 0.0
+    m = float(lead[cand, start:].mean())
+    z = m / se if se > 0 else float("inf")
+    x = st.busy[:, start:]
+    spread = x.max(axis=0) - x.min(axis=0) > 1e-9
+    win = float(np.mean(np.argmax(x[:, spread], axis=0) == cand)) if spread.any() else 0.0
+    rest = np.delete(x, cand, axis=0)
+    od = float(np.median(relative_dispersion(rest))) if rest.shape[0] >= 2 else 0.0
+    if (
+        m < PERSISTENT_MIN_LEAD
+        or z < STEADY_Z
+        or win < STEADY_MIN_WIN
+        or od >= PERSISTENT_MAX_OTHERS_DISPERSION
+    ):
+        return None
+    return replace(
+        st,
+        rank_row=cand,
+        start=start,
+        lead=m,
+        tstat=z,
+        block_win=win,
+        others_dispersion=od,
+        early=True,
+    )
+
+
+def persistent_straggler(st: StragglerStats) -> StragglerStats | None:
+    """The persistent straggler's statistics: the long rule's, else a steady one's; None when
+    no rank is one."""
+    if _is_persistent(st):
+        return st
+    return _steady_straggler(st)
 
 
 def _caveat(w: JobWindow, source: str) -> str:
@@ -213,24 +359,40 @@ class ImbalanceStats:
     a: float  # segment start (ts)
     b: float  # segment end (ts)
     source: str
+    early: bool = False  # throttle telemetry seen: the early rule's minimum applies
+    lopsided: int = 0  # segment steps dispersed from the top (slowest rank far ahead)
+    lopsided_distinct: int = 0  # distinct slowest ranks among those steps
+    lopsided_top_share: float = 1.0  # the most frequent one's share of those steps
 
 
 def imbalance_stats(w: JobWindow, st: StragglerStats | None = None) -> ImbalanceStats | None:
-    """The rotating-straggler statistics of `w` (None when ranks cannot be compared)."""
+    """The rotating-straggler statistics of `w` (None when ranks cannot be compared).
+
+    With throttle telemetry, samples in which any rank's GPU was in a throttle episode are
+    left out (that rank is slow because of its GPU) and a segment of IMBALANCE_EARLY_MIN_STEPS
+    steps can be judged; without it, the segment is the long rule's (≥ MIN_SAMPLES samples)."""
     st = st if st is not None else straggler_stats(w)
     if st is None:
         return None
+    busy, times = st.busy, st.times
+    early = st.throttled is not None
+    if st.throttled is not None:
+        calm = ~st.throttled.any(axis=0)
+        busy, times = busy[:, calm], times[calm]
     # Compare ranks per training step (blocks of one step's samples): inside a long step every
-    # rank computes and only the step's end shows who waited.
+    # rank computes and only the step's end shows who waited. Blocks end at the window's end,
+    # so the newest samples are judged whole.
     blk = step_blocks(w)
-    nb = st.busy.shape[1] // blk
+    nb = busy.shape[1] // blk
     if nb < 3:
         return None
-    xb = st.busy[:, : nb * blk].reshape(w.world, nb, blk).mean(axis=2)
-    tb = st.times[: nb * blk : blk]
+    off = busy.shape[1] - nb * blk
+    xb = busy[:, off:].reshape(w.world, nb, blk).mean(axis=2)
+    tb = times[off::blk]
     disp_b = relative_dispersion(xb)
     # The imbalance may begin mid-window (a data-mix change): judge the raised segment.
-    k = shift_start(disp_b, min_len=max(3, MIN_SAMPLES // blk))
+    min_len = IMBALANCE_EARLY_MIN_STEPS if early else max(3, MIN_SAMPLES // blk)
+    k = shift_start(disp_b, min_len=min_len)
     seg = disp_b[k:]
     x = xb[:, k:]
     spread = x.max(axis=0) - x.min(axis=0) > 1e-9  # ties say nothing about who is slowest
@@ -238,6 +400,12 @@ def imbalance_stats(w: JobWindow, st: StragglerStats | None = None) -> Imbalance
     if len(slowest) < 3:
         return None
     lead = x.max(axis=0)
+    # Steps dispersed from the top: the slowest rank ahead of the median by more than the
+    # fastest is behind it (one rank that lagged or glitched low disperses a step too, with a
+    # random "slowest" rank).
+    med = np.median(x, axis=0)
+    lop = (seg >= IMBALANCE_MIN_DISPERSION) & (lead - med >= med - x.min(axis=0)) & spread
+    lop_slowest = np.argmax(x[:, lop], axis=0)
     return ImbalanceStats(
         # The median, not the mean: a rotating imbalance disperses ranks in nearly every step,
         # while one GPU's throttling episodes (fleet health) disperse them only part of the time.
@@ -250,21 +418,41 @@ def imbalance_stats(w: JobWindow, st: StragglerStats | None = None) -> Imbalance
         wait=float(np.mean((lead[None, :] - x) / np.where(lead > 0, lead, 1.0))),
         distinct=len(np.unique(np.argmax(x, axis=0))),
         a=float(tb[k]),
-        b=float(st.times[-1]),
+        b=float(times[-1]),
         source=st.source,
+        early=early,
+        lopsided=int(lop.sum()),
+        lopsided_distinct=len(np.unique(lop_slowest)),
+        lopsided_top_share=float(
+            np.bincount(lop_slowest, minlength=w.world).max() / len(lop_slowest)
+        )
+        if len(lop_slowest)
+        else 1.0,
     )
 
 
 def detect_sequence_imbalance(w: JobWindow) -> list[Finding]:
     """Rotating straggler → the job's sampler (category job)."""
     st = straggler_stats(w)
-    if st is None or _is_persistent(st):
+    if st is None or persistent_straggler(st) is not None:
         return []
     im = imbalance_stats(w, st)
     if im is None:
         return []
     disp, top_share, rho, wait, distinct = im.disp, im.top_share, im.rho, im.wait, im.distinct
-    if disp < IMBALANCE_MIN_DISPERSION or im.seg_len < IMBALANCE_MIN_STEPS:
+    min_steps = IMBALANCE_EARLY_MIN_STEPS if im.early else IMBALANCE_MIN_STEPS
+    if disp < IMBALANCE_MIN_DISPERSION or im.seg_len < min_steps:
+        return []
+    # Few steps: the rotation must show on the steps a slow rank disperses itself.
+    if (
+        im.early
+        and im.seg_len < IMBALANCE_MIN_STEPS
+        and (
+            im.lopsided < IMBALANCE_EARLY_MIN_LOPSIDED
+            or im.lopsided_distinct < min(IMBALANCE_EARLY_MIN_DISTINCT, w.world)
+            or im.lopsided_top_share > IMBALANCE_MAX_TOP_SHARE
+        )
+    ):
         return []
     if top_share > IMBALANCE_MAX_TOP_SHARE or rho > IMBALANCE_MAX_RHO:
         return []
@@ -502,12 +690,22 @@ _CAUSE_FIX = {
 
 def detect_slow_rank(w: JobWindow) -> list[Finding]:
     """Persistent straggler → the slow rank's GPU/node (category infrastructure), with cause."""
-    st = straggler_stats(w)
-    if st is None or not _is_persistent(st):
+    st0 = straggler_stats(w)
+    st = persistent_straggler(st0) if st0 is not None else None
+    if st is None:
         return []
     r = w.ranks[st.rank_row]
     a, b = float(st.times[st.start]), float(st.times[-1])
     slowdown = 100.0 * st.lead
+    if st.early:
+        unit = "samples"
+        stat_txt = (
+            f"z={min(st.tstat, 999.0):.1f} against the other ranks' jitter over "
+            f"{len(st.times) - st.start} samples, its GPU unthrottled at its peers' clock"
+        )
+    else:
+        unit = "10-sample blocks"
+        stat_txt = f"t={st.tstat:.1f} over 10-sample blocks"
     f = new_finding(
         "slow_rank",
         INFRASTRUCTURE,
@@ -524,7 +722,7 @@ def detect_slow_rank(w: JobWindow) -> list[Finding]:
         round(st.lead, 4),
         0.0,
         f"rank {r.rank} computed longer than the median rank by this share of a step while the "
-        f"others waited for it (t={st.tstat:.1f} over 10-sample blocks)",
+        f"others waited for it ({stat_txt})",
         node=r.node,
         gpu=r.gpu,
         rank=r.rank,
@@ -535,7 +733,7 @@ def detect_slow_rank(w: JobWindow) -> list[Finding]:
         (a, b),
         round(st.block_win, 3),
         round(1.0 / w.world, 3),
-        f"share of 10-sample blocks in which rank {r.rank} was the slowest; baseline: chance",
+        f"share of {unit} in which rank {r.rank} was the slowest; baseline: chance",
         node=r.node,
         gpu=r.gpu,
         rank=r.rank,
@@ -548,7 +746,7 @@ def detect_slow_rank(w: JobWindow) -> list[Finding]:
     cite = ("[" + ", ".join(cites) + "]") if cites else ""
     f.summary = (
         f"Rank {r.rank} ({r.node}, GPU {r.gpu}) has been the slowest rank in "
-        f"{st.block_win:.0%} of 10-sample blocks since {hhmmss(a)} [{e2}], computing "
+        f"{st.block_win:.0%} of {unit} since {hhmmss(a)} [{e2}], computing "
         f"{st.lead:.1%} longer than the median rank each step while the others wait [{e1}]; "
         f"{_CAUSE_TEXT[cause]} {cite}".rstrip()
         + "."
@@ -565,6 +763,9 @@ def detect_slow_rank(w: JobWindow) -> list[Finding]:
     f.confidence = round(float(min(0.97, 0.6 + min(st.tstat, 20) / 60 + st.block_win * 0.1)), 2)
     if cause == "unknown":
         f.confidence = round(f.confidence * 0.85, 2)
+    if st.early:
+        # Judged on seconds of evidence: the live pipeline revises it as the evidence grows.
+        f.confidence = round(min(f.confidence, EARLY_MAX_CONFIDENCE), 2)
     f.slowdown_pct = round(slowdown, 1)
     f.gpu_hours_lost = gpu_hours(w.world, (b - a) * st.lead / (1 + st.lead))
     return [f]
