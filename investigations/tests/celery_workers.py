@@ -67,6 +67,9 @@ def worker_env(redis_url: str, hold_dir: Path) -> dict[str, str]:
         PROOF_LOG_LEVEL="WARNING",
         DATABASE_URL=url,
         REDIS_URL=redis_url,
+        # One evaluation queue (investigations/routing.py): the workers consume the default
+        # queue, where the test's sender and the fan-out put every evaluation.
+        PROOF_EVAL_QUEUES="1",
         PYTHONUNBUFFERED="1",
     )
     env[worker_hold.HOLD_ENV] = str(hold_dir)
