@@ -307,6 +307,8 @@ def _read_general(
         value_parts.append(block.values)
         offset += len(block.ts_ms)
     sids = np.concatenate(run_sid)
+    if not len(sids):  # none of the wanted series is in these blocks
+        return {}
     starts = np.concatenate(run_start)
     lens = np.concatenate(run_len)
     order = np.argsort(sids, kind="stable")  # blocks arrive in time order: stable keeps it

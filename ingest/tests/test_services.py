@@ -379,3 +379,26 @@ def test_a_slurm_job_is_not_ended_by_its_ranks_exiting() -> None:
     ]
     store(op, gpu_batch(job="777", extra_records=records))
     assert _stored_job(op, "777").state == "running"  # sacct's record says when it ends
+
+
+def test_a_catalog_read_of_series_absent_from_the_window_is_empty() -> None:
+    """Reading some series over a range whose blocks hold only others (blocks of different
+    shapes, so the general path): empty series, not an error. The live window cache reads a
+    series new to a job's catalog over what it already holds, where it may have no samples."""
+    op = make_tenant("catalog-absent").operator.pk
+    start = time.time() - 300
+    store(op, gpu_batch("agent-c", 1, start=start, seconds=10))
+    store(op, gpu_batch("agent-c", 2, start=start + 10, names=(signals.DCGM_FI_DEV_SM_CLOCK,)))
+    late = (signals.DCGM_FI_DEV_FB_USED,)
+    store(op, gpu_batch("agent-c", 3, start=start + 100, seconds=10, names=late))
+    catalog = selectors.job_series_catalog(op, "job-1")
+    assert {i.name for i in catalog.infos.values()} >= {signals.DCGM_FI_DEV_FB_USED}
+    absent = selectors.SeriesCatalog(
+        {sid: i for sid, i in catalog.infos.items() if i.name == signals.DCGM_FI_DEV_FB_USED},
+        catalog.node_ids,
+    )
+    got = selectors.catalog_samples(op, absent, start, start + 20)
+    assert len(got) == 2 and all(len(s.ts) == 0 for s in got)
+    # The same catalog over the range that holds them reads them all.
+    got = selectors.catalog_samples(op, absent, start + 100, start + 110)
+    assert sorted(len(s.ts) for s in got) == [10, 10]
