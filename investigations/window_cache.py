@@ -201,9 +201,15 @@ class CachedIngestStore:
         self.spans = dict(spans)
         self.cache = cache if cache is not None else CACHE
         self.entry = self.cache.entry(operator_id, job)
-        self._refresh(
-            t0, t1, job_state, late or LateData(), time.monotonic() if now is None else now
-        )
+        try:
+            self._refresh(
+                t0, t1, job_state, late or LateData(), time.monotonic() if now is None else now
+            )
+        except BaseException:
+            # A refresh that failed part-way leaves the entry half updated: drop it, so the
+            # next evaluation reads the job from storage in full rather than from a bad entry.
+            self.cache.drop(operator_id, job)
+            raise
         self.cache.enforce_bound((operator_id, job))
 
     # --- refresh --------------------------------------------------------------------------
