@@ -102,14 +102,16 @@ def detect_job(
     *,
     job_state: tuple[object, ...] = (),
     late: window_cache.LateData | None = None,
+    span: tuple[float, float] | None = None,
 ) -> tuple[JobWindow, list[dict[str, Any]]]:
     """(the job's window over [t0, t1], its verdicts as docs/design.md verdict dicts).
 
     The window's data comes through the worker's cache of the job (investigations/
     window_cache.py): only what arrived since the last evaluation is read from storage.
     `job_state` is what of the job row, when it changes, makes the cache re-read the job's
-    metadata at once; `late` what ingest recorded of late batches."""
-    spans = _spans(operator_id, [job])
+    metadata at once; `late` what ingest recorded of late batches; `span` the job's data span
+    where the caller has just read it."""
+    spans = {job: span} if span is not None else _spans(operator_id, [job])
     entry = window_cache.CACHE.entry(operator_id, job)
     related = set(entry.metas or {}) | set(spans)
     if len(related) > 1:  # reruns: their spans too, so the window can read their logs

@@ -22,7 +22,7 @@ from typing import Any
 from django.core.cache import cache
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Case, F, Q, Value, When
-from django.db.models.functions import Greatest, Least
+from django.db.models.functions import Coalesce, Greatest, Least
 
 from ingest import selectors as ingest_selectors
 from ingest.models import TERMINAL_JOB_STATES
@@ -287,19 +287,32 @@ def evaluate_job(operator_id: int, job_pk: int) -> EvaluationResult:
             t1,
             job_state=(job.state, job.ended_at, job.world_size, job.rerun_of),
             late=window_cache.LateData(activity.late_batches, activity.late_first_ts),
+            span=(activity.first_data_ts, activity.last_data_ts),
         )
-        usage_through = activity.usage_through_ts
         settle = t1 if ended else t1 - SETTLE_S
         with tenant_context(operator_id):
             _take_write_lock()
+            # The accounting mark as it is now, row locked: an evaluation that outlived its lock
+            # (LOCK_TTL_S) may have committed another one's accounting meanwhile, and what it
+            # counted must not be counted again. Both marks only move forward.
+            rows = JobActivity.objects.for_tenant(operator_id).filter(pk=activity.pk)
+            usage_through = (
+                rows.select_for_update().values_list("usage_through_ts", flat=True).first()
+            )
             merge = merge_verdicts(operator_id, verdicts, window_end=t1, job_pk=job_pk, ended=ended)
             if window is not None:
                 usage_through = account_usage(operator_id, job_pk, window, usage_through, settle)
-            JobActivity.objects.for_tenant(operator_id).filter(pk=activity.pk).update(
-                evaluated_through_ts=t1,
-                evaluated_at=datetime.now(UTC),
-                usage_through_ts=usage_through,
-            )
+            marks: dict[str, Any] = {
+                "evaluated_through_ts": Greatest(
+                    Coalesce(F("evaluated_through_ts"), Value(t1)), Value(t1)
+                ),
+                "evaluated_at": datetime.now(UTC),
+            }
+            if usage_through is not None:
+                marks["usage_through_ts"] = Greatest(
+                    Coalesce(F("usage_through_ts"), Value(usage_through)), Value(usage_through)
+                )
+            rows.update(**marks)
         if verdicts and not merge.created and not merge.revised:
             cache.set(_settled_key(operator_id, job_pk), 1, SETTLED_S)
         return EvaluationResult("evaluated", verdicts, merge, (t0, t1))

@@ -280,15 +280,6 @@ def test_worker_restart_loses_no_verdict_and_duplicates_none(pipeline: Pipeline,
             assert usage.last_ts is not None and usage.last_ts <= through
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "known bug: services.evaluate_job reads usage_through_ts before the detectors, outside "
-        "its write transaction and unlocked, and writes usage/evaluated_through_ts back "
-        "unconditionally: an evaluation that outlived LOCK_TTL_S re-adds GPU time the one that "
-        "ran meanwhile counted, and moves both marks back (remove this mark once fixed)"
-    ),
-)
 def test_an_evaluation_outliving_its_lock_counts_no_gpu_time_twice(pipeline: Pipeline) -> None:
     """The other side of a short LOCK_TTL_S: a worker that is slow, not dead (stopped inside an
     evaluation past its lock's expiry) while another process evaluates the job's newer data,
