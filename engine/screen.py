@@ -13,8 +13,10 @@ seconds instead, so its verdict comes while the fault is fresh:
   errors);
 - hardware throttling (HW slowdown, HW thermal, power brake);
 - a signal whose level changed: the batch's mean is off its running mean (EWMA) by ≥ 15%;
-- one GPU of a node drifting from its peers on an activity signal (tensor/SM/GPU
-  activity: EWMA of the relative gap ≥ 4%; the rank's synchronize time: ≥ 25%);
+- one GPU of a node drifting from its peers: its SM activity ≥ 6% off theirs, or the rank's
+  synchronize time ≥ 60% off (smoothed over ~10 s);
+- a level change or a drift is a sign for the 20 s after it began, then not until it has
+  come back and changed anew;
 - the job's first minute (verdicts about how a job runs from its start have no change to see).
 
 A sign only brings an evaluation forward; the verdict is the detectors' alone, so a false sign
@@ -50,16 +52,28 @@ ABS_FLOOR = 1.0
 RATIO_FLOOR = 0.01
 EWMA_ALPHA = 0.3
 SLOW_ALPHA = 0.03
-# A GPU whose activity stays ≥ 4% off its node's peers (EWMA of the gap) is drifting; the
-# detectors' own floor for a slow rank is 3–5%.
-PEER_GAP = 0.04
+# A GPU whose SM activity stays ≥ 6% off its node's peers (EWMA, 10% per batch: about the
+# last 10 s) is drifting. Measured on the simulator's healthy jobs (1 s samples, after start-
+# up): per-sample gaps have an sd of 4.3%, the smoothed gap's p99 is 3.6%; a straggler's SM
+# activity leads its peers' by 10-16% (it computes while they wait). Tensor activity (an
+# inference server's swings by 15% a sample), engine activity and utilisation (GPUs idle at
+# different moments of a save) are too noisy between peers to say so.
+PEER_GAP = 0.06
+PEER_ALPHA = 0.1
 # A printed loss ≥ 1.5× the job's lowest is a sign (the divergence rule needs ≥ 2×, then
 # staying ≥ 1.5×; the sign comes first).
 LOSS_RISE = 1.5
-# The rank's synchronize time swings with whichever rank was slowest at each step: a rank is
-# drifting only when its share stays ≥ 25% off its peers' (a straggler's peers wait 5-10×
-# longer than it does).
-PEER_GAP_SYNC = 0.25
+# The rank's synchronize time swings with whichever rank was slowest at each step (healthy
+# jobs' smoothed gaps reach 45% at p99); a straggler's is 80-90% below its peers' (they wait
+# for it, it never waits).
+PEER_GAP_SYNC = 0.6
+# A drift (or a level change) is a sign for the 20 s after it began — long enough for the
+# detectors' evidence on a straggler, a stall or a starved loader to accumulate — then no
+# longer: a GPU that stays a little off its peers without a verdict (rank 0 doing a little
+# extra work), or a long mean still catching up with a job's ramp-up, would otherwise keep the
+# job on the 2 s cadence for ever. It is a sign again once it has come back (within half the
+# threshold) and changed anew.
+PEER_HOLD_S = 20.0
 # A job is evaluated within seconds through its first minute too: some verdicts are about how
 # the job runs from its start (an inference server that never fills its batches), with no
 # change to see.
@@ -67,23 +81,21 @@ YOUNG_S = 60.0
 MAX_SERIES = 500_000
 MAX_JOBS = 50_000
 
-_PEER_SIGNALS = frozenset(
+_PEER_SIGNALS = frozenset({signals.DCGM_FI_PROF_SM_ACTIVE, signals.CUDA_SYNC_MS})
+# Level changes are looked for on the signals verdicts are made of; others (launch counts, the
+# longest launch gap, memory used) swing from second to second in healthy jobs.
+# The synchronize time is compared with the peers' only: on its own it swings with whichever
+# rank was slowest at each step.
+_LEVEL_SIGNALS = frozenset(
     {
         signals.DCGM_FI_PROF_PIPE_TENSOR_ACTIVE,
         signals.DCGM_FI_PROF_SM_ACTIVE,
         signals.DCGM_FI_PROF_GR_ENGINE_ACTIVE,
         signals.DCGM_FI_DEV_GPU_UTIL,
-        signals.CUDA_SYNC_MS,
+        signals.DCGM_FI_DEV_POWER_USAGE,
+        signals.DCGM_FI_DEV_SM_CLOCK,
     }
 )
-# Level changes are looked for on the signals verdicts are made of; others (launch counts, the
-# longest launch gap, memory used) swing from second to second in healthy jobs.
-# The synchronize time is compared with the peers' only: on its own it swings with whichever
-# rank was slowest at each step.
-_LEVEL_SIGNALS = (_PEER_SIGNALS - {signals.CUDA_SYNC_MS}) | {
-    signals.DCGM_FI_DEV_POWER_USAGE,
-    signals.DCGM_FI_DEV_SM_CLOCK,
-}
 # Cumulative counters that count errors (traffic and token counters move all the time). SBE
 # counts are fleet health's (gpu_degrading, evaluated on its own schedule), not a job's.
 _ERROR_COUNTER_MARKS = ("DBE", "REMAP", "CRC", "REPLAY", "RECOVERY", "ERROR", "DOWNED", "DISCARD")
@@ -134,10 +146,12 @@ class BatchScreen:
 
     def __init__(self, max_series: int = MAX_SERIES, max_jobs: int = MAX_JOBS) -> None:
         self._means: OrderedDict[SeriesInfo, float] = OrderedDict()
-        self._gaps: OrderedDict[Any, float] = OrderedDict()
+        # (node, signal, GPU or pid) → (EWMA of its gap to the peers, when it began drifting)
+        self._gaps: OrderedDict[Any, tuple[float, float | None]] = OrderedDict()
         self._low_loss: OrderedDict[str, float] = OrderedDict()
         self._first_seen: OrderedDict[str, float] = OrderedDict()
-        self._levels: OrderedDict[SeriesInfo, tuple[float, float]] = OrderedDict()
+        # series → (recent mean, long mean, when the gap between them opened)
+        self._levels: OrderedDict[SeriesInfo, tuple[float, float, float | None]] = OrderedDict()
         self._max_series = max_series
         self._max_jobs = max_jobs
         self._lock = threading.Lock()
@@ -162,7 +176,8 @@ class BatchScreen:
         with self._lock:
             self._look_logs(logs, signs)
             if len(values):
-                self._look_series(series, counts, values, signs)
+                now = float(ts_ms.max()) / 1e3 if ts_ms is not None and len(ts_ms) else 0.0
+                self._look_series(series, counts, values, signs, now)
                 if ts_ms is not None and len(ts_ms):
                     self._look_young(
                         series, float(ts_ms.min()) / 1e3, float(ts_ms.max()) / 1e3, signs
@@ -209,7 +224,12 @@ class BatchScreen:
 
     # --- series ----------------------------------------------------------------------------
     def _look_series(
-        self, series: Sequence[SeriesInfo], counts: np.ndarray, values: np.ndarray, signs: Signs
+        self,
+        series: Sequence[SeriesInfo],
+        counts: np.ndarray,
+        values: np.ndarray,
+        signs: Signs,
+        now: float,
     ) -> None:
         nonzero = np.flatnonzero(counts)
         if not len(nonzero):
@@ -242,14 +262,21 @@ class BatchScreen:
             if name not in _LEVEL_SIGNALS:
                 continue
             held = self._levels.get(info)
+            changed: float | None = None
             if held is None:
                 fast = slow = mean
             else:
                 fast = held[0] + EWMA_ALPHA * (mean - held[0])
                 slow = held[1] + SLOW_ALPHA * (mean - held[1])
-                if abs(fast - slow) > max(LEVEL_CHANGE * abs(slow), _floor(name)):
+                gap, limit = abs(fast - slow), max(LEVEL_CHANGE * abs(slow), _floor(name))
+                changed = held[2]
+                if gap < limit / 2:  # settled at its level (hysteresis: no flicker)
+                    changed = None
+                elif changed is None and gap > limit:
+                    changed = now
+                if changed is not None and now - changed <= PEER_HOLD_S:
                     signs.add(info.job, info.node, f"{name} changed level")
-            self._levels[info] = (fast, slow)
+            self._levels[info] = (fast, slow, changed)
             self._levels.move_to_end(info)
             if name in _PEER_SIGNALS and (info.gpu or info.pid):
                 peers.setdefault((info.node, name), []).append((info, mean))
@@ -264,10 +291,17 @@ class BatchScreen:
                 key = (node, name, info.gpu or str(info.pid))
                 gap = mean / level - 1.0
                 prior = self._gaps.get(key)
-                drift = gap if prior is None else prior + EWMA_ALPHA * (gap - prior)
-                self._gaps[key] = drift
+                # From 0, not from the first gap: one sample's jitter is not a drift.
+                held_drift = 0.0 if prior is None else prior[0]
+                drift = held_drift + PEER_ALPHA * (gap - held_drift)
+                began = prior[1] if prior is not None else None
+                if abs(drift) < limit / 2:  # back among its peers (hysteresis: no flicker)
+                    began = None
+                elif began is None and abs(drift) >= limit:
+                    began = now
+                self._gaps[key] = (drift, began)
                 self._gaps.move_to_end(key)
-                if abs(drift) >= limit:
+                if began is not None and now - began <= PEER_HOLD_S:
                     signs.add(info.job, node, f"{name} drifting from its peers")
         for held_map in (self._gaps, self._levels):
             while len(held_map) > self._max_series:

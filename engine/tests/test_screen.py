@@ -72,19 +72,19 @@ def test_error_counters_and_hardware_throttling_are_signs_traffic_is_not() -> No
 def test_a_gpu_drifting_from_its_peers_is_a_sign_jitter_is_not() -> None:
     rng = np.random.default_rng(3)
     screen = BatchScreen()
-    tensors = [_gpu(signals.DCGM_FI_PROF_PIPE_TENSOR_ACTIVE, i) for i in range(4)]
-    for k in range(100):  # healthy: 1% jitter around 0.5
-        rows = {t: 0.5 * (1 + 0.01 * rng.standard_normal()) for t in tensors}
+    sm = [_gpu(signals.DCGM_FI_PROF_SM_ACTIVE, i) for i in range(4)]
+    for k in range(300):  # healthy: 4% jitter around 0.75 (the simulator's healthy jobs)
+        rows = {t: 0.75 * (1 + 0.04 * rng.standard_normal()) for t in sm}
         assert not _look(screen, rows, float(k)), k
-    # GPU 2 falls 10% behind: seen within a few batches.
-    seen = None
-    for k in range(10):
-        rows = {t: 0.5 * (1 + 0.01 * rng.standard_normal()) for t in tensors}
-        rows[tensors[2]] *= 0.9
-        if "peers" in _look(screen, rows, 100.0 + k).nodes.get(NODE, ""):
-            seen = k
-            break
-    assert seen is not None and seen <= 5
+    # GPU 2 becomes a straggler, busy 15% longer than its peers: seen within a few batches...
+    seen = []
+    for k in range(60):
+        rows = {t: 0.75 * (1 + 0.04 * rng.standard_normal()) for t in sm}
+        rows[sm[2]] *= 1.15
+        seen.append("peers" in _look(screen, rows, 300.0 + k).nodes.get(NODE, ""))
+    assert True in seen[:10]
+    # ...for the hold only: a drift that persists without a verdict is no longer a sign.
+    assert not any(seen[-20:])
 
 
 def test_log_lines_and_events() -> None:
