@@ -377,10 +377,16 @@ def job_series_catalog(operator_id: int, job_id: str) -> SeriesCatalog:
         return SeriesCatalog(infos, frozenset(node_ids))
 
 
-def node_series_catalog(operator_id: int, hostname: str) -> SeriesCatalog:
-    """The catalog of `node_series` (all of the node's series)."""
+def node_series_catalog(
+    operator_id: int, hostname: str, *, node_level: bool = False
+) -> SeriesCatalog:
+    """The catalog of `node_series` (all of the node's series), or with `node_level` only the
+    node's own (no GPU, process or job key: InfiniBand ports, storage mounts, host readings),
+    which is what a job's window reads of its nodes beside the job's own series."""
     with tenant_context(operator_id):
         qs = Series.objects.for_tenant(operator_id).filter(node__hostname=hostname)
+        if node_level:
+            qs = qs.filter(gpu="", pid__isnull=True, job__isnull=True)
         infos, node_ids = _infos(qs)
         return SeriesCatalog(infos, frozenset(node_ids))
 

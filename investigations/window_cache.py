@@ -248,7 +248,7 @@ class CachedIngestStore:
                 for node in e.node_series:
                     e.node_catalogs[node] = self._recatalog(
                         e.node_catalogs.get(node),
-                        ingest_selectors.node_series_catalog(op, node),
+                        ingest_selectors.node_series_catalog(op, node, node_level=True),
                         e.node_series[node],
                         cutoff,
                     )
@@ -313,7 +313,7 @@ class CachedIngestStore:
         catalog = e.node_catalogs.get(node)
         if catalog is None:
             catalog = e.node_catalogs[node] = ingest_selectors.node_series_catalog(
-                self.operator_id, node
+                self.operator_id, node, node_level=True
             )
         held = e.node_series.setdefault(node, {})
         _splice(
@@ -353,6 +353,9 @@ class CachedIngestStore:
     def node_series(
         self, node: str, t0: float, t1: float, names: Iterable[str] | None = None
     ) -> list[SeriesData]:
+        """The node's own series (no GPU, process or job key): all a job's window reads of a
+        node, its GPU and process series being the job's own (job_series). Reading every
+        series of the node here read each GPU's data twice."""
         e = self.entry
         if node not in e.node_series:  # first asked: read it over what the entry holds
             self._refresh_node(node, e.start, e.through)
