@@ -30,8 +30,9 @@ Printed per family, over seeds:
   cores per 1,000 GPUs; and CPU per GPU per evaluation.
 
 `--fleet-gpus N`: instead, N GPUs (8 a node) as `--fleet-agents` agent processes each playing a
-multi-node run of a scenario (families and healthy jobs in turn), to measure detection CPU and
-evaluations per second at that scale.
+multi-node run of a scenario (`--fleet-faulty` of them a fault, families in turn; the others
+healthy training, training saving to local disk, inference in turn), to measure detection CPU
+and evaluations per second at that scale — over the whole run and past its start-up.
 """
 
 from __future__ import annotations
@@ -69,6 +70,10 @@ FLEET_TASK = "investigations.evaluate_fleet_health"
 FAN_OUT_JOBS = "investigations.fan_out_job_evaluations"
 FAN_OUT_FLEET = "investigations.fan_out_fleet_health"
 FLEET_GPUS_PER_NODE = 8
+# Fleet mode: what the healthy agents play, in turn (training, training that saves to local
+# disk, an inference server).
+HEALTHY_FLEET = ("healthy_training", "healthy_local_checkpoint", "healthy_inference")
+STARTUP_DATA_S = 120.0
 # After the agents stop: what the debounce countdown (10 s) still holds, then the final sweep.
 COUNTDOWN_WAIT_S = 12.0
 DRAIN_TIMEOUT_S = 300.0
@@ -92,6 +97,12 @@ _NUMBER_OPTIONS: tuple[NumberOption, ...] = (
     ("--concurrency", int, 2, "task slots per worker (default 2)"),
     ("--fleet-gpus", int, 0, "fleet mode: this many GPUs (default 0: the fault benchmark)"),
     ("--fleet-agents", int, 5, "fleet mode: agent processes (default 5)"),
+    (
+        "--fleet-faulty",
+        int,
+        0,
+        "fleet mode: agents playing a fault (default 0: every agent but one, families in turn)",
+    ),
 )
 
 
@@ -578,12 +589,15 @@ def _fleet(
     screen_cpu0, batches0 = SCREEN.cpu_s, SCREEN.batches
     nodes_total = max(1, math.ceil(args.fleet_gpus / FLEET_GPUS_PER_NODE))
     agents = max(1, min(args.fleet_agents, nodes_total))
-    mix = ["healthy_training", *by_family.values()]
+    faults = list(by_family.values())
+    faulty = agents - 1 if args.fleet_faulty <= 0 else min(args.fleet_faulty, agents)
+    healthy = [HEALTHY_FLEET[i % len(HEALTHY_FLEET)] for i in range(agents - faulty)]
+    mix = healthy + [faults[i % len(faults)] for i in range(faulty)]
     plays = [
         Play(
-            mix[i % len(mix)],
+            mix[i],
             None,
-            args.first_seed + i // len(mix),
+            args.first_seed + i,
             nodes_total // agents + (1 if i < nodes_total % agents else 0),
             FLEET_GPUS_PER_NODE,
         )
@@ -599,16 +613,23 @@ def _fleet(
     began, _ended, events = _play_wave(plays, args, port, work, tasks, what)
     wall_s = time.time() - began
     gpus = sum(p.gpus for p in plays)
-    for line in _cpu_lines(
-        events,
-        args.duration,
-        gpus,
-        _gpus_per_job([operator_id]),
-        wall_s,
-        SCREEN.cpu_s - screen_cpu0,
-        SCREEN.batches - batches0,
-    ):
+    screen_cpu, batches = SCREEN.cpu_s - screen_cpu0, SCREEN.batches - batches0
+    per_job = _gpus_per_job([operator_id])
+    for line in _cpu_lines(events, args.duration, gpus, per_job, wall_s, screen_cpu, batches):
         print(line)
+    # Past start-up: every job is young (evaluated every 2 s) through its first minute, which
+    # a fleet of long jobs spends a tiny share of its time in and a short run most of its own.
+    steady_from = began + STARTUP_DATA_S / args.speed
+    steady_data_s = args.duration - STARTUP_DATA_S
+    if steady_data_s > 0:
+        steady = [e for e in events if e["event"] != "task" or e["t"] >= steady_from]
+        share = steady_data_s / args.duration  # the screen's cost is per batch: pro rata
+        print(f"after the first {STARTUP_DATA_S:.0f} data s (start-up):")
+        lines = _cpu_lines(
+            steady, steady_data_s, gpus, per_job, 0.0, screen_cpu * share, round(batches * share)
+        )
+        for line in lines:
+            print("  " + line)
     errors = [p.agent.error for p in plays if p.agent is not None and p.agent.error]
     for error in errors:
         print(f"agent failed: {error}")
