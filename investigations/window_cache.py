@@ -73,8 +73,8 @@ class _Entry:
     start: float = float("inf")  # everything from here…
     through: float = float("-inf")  # …to here is held
     late_batches: int = 0
-    series: dict[SeriesInfo, SeriesData] = field(default_factory=dict)
-    node_series: dict[str, dict[SeriesInfo, SeriesData]] = field(default_factory=dict)
+    series: dict[SeriesInfo, _Held] = field(default_factory=dict)
+    node_series: dict[str, dict[SeriesInfo, _Held]] = field(default_factory=dict)
     events: dict[str, list[EventRow]] = field(default_factory=dict)
     logs: list[LogRow] = field(default_factory=list)
     catalog: ingest_selectors.SeriesCatalog | None = None
@@ -88,8 +88,8 @@ class _Entry:
     delta_reads: int = 0
 
     def samples(self) -> int:
-        held = sum(len(s.ts) for s in self.series.values())
-        return held + sum(len(s.ts) for ss in self.node_series.values() for s in ss.values())
+        held = sum(len(h) for h in self.series.values())
+        return held + sum(len(h) for hs in self.node_series.values() for h in hs.values())
 
 
 class WindowCache:
@@ -145,26 +145,64 @@ class WindowCache:
 CACHE = WindowCache()
 
 
-def _splice(held: dict[SeriesInfo, SeriesData], fresh: Iterable[SeriesData], cutoff: float) -> None:
+class _Held:
+    """One series' samples in growable arrays: a refresh truncates at its cutoff and appends
+    what it read in place (amortised: capacity doubles), instead of copying the whole window
+    for every series at every evaluation (a 96-GPU job's 3,600 series cost 80 ms that way)."""
+
+    __slots__ = ("hi", "info", "lo", "ts", "values")
+
+    def __init__(self, s: SeriesData) -> None:
+        self.info = s.info
+        self.ts = np.array(s.ts, dtype=np.float64)
+        self.values = np.array(s.values, dtype=np.float64)
+        self.lo = 0
+        self.hi = len(self.ts)
+
+    def __len__(self) -> int:
+        return self.hi - self.lo
+
+    def view(self) -> SeriesData:
+        return SeriesData(self.info, self.ts[self.lo : self.hi], self.values[self.lo : self.hi])
+
+    def splice(self, fresh: SeriesData, cutoff: float) -> None:
+        """Drop the samples from `cutoff` on, append `fresh`."""
+        k = self.lo + int(
+            np.searchsorted(self.ts[self.lo : self.hi], cutoff - _MS_TOLERANCE, side="left")
+        )
+        n = len(fresh.ts)
+        if k == self.hi and not n:
+            return
+        if k + n > len(self.ts):
+            keep = k - self.lo
+            capacity = max(2 * (keep + n), 64)
+            ts = np.empty(capacity)
+            values = np.empty(capacity)
+            ts[:keep] = self.ts[self.lo : k]
+            values[:keep] = self.values[self.lo : k]
+            self.ts, self.values, self.lo, k = ts, values, 0, keep
+        self.ts[k : k + n] = fresh.ts
+        self.values[k : k + n] = fresh.values
+        self.hi = k + n
+
+    def trim(self, keep_from: float) -> None:
+        if self.hi > self.lo and self.ts[self.lo] < keep_from:
+            self.lo += int(np.searchsorted(self.ts[self.lo : self.hi], keep_from, side="left"))
+
+
+def _splice(held: dict[SeriesInfo, _Held], fresh: Iterable[SeriesData], cutoff: float) -> None:
     """Replace the held samples from `cutoff` on with the freshly read ones."""
     for s in fresh:
         old = held.get(s.info)
-        if old is None or not len(old.ts):
-            held[s.info] = s
-            continue
-        k = int(np.searchsorted(old.ts, cutoff - _MS_TOLERANCE, side="left"))
-        if k == len(old.ts) and not len(s.ts):
-            continue
-        held[s.info] = SeriesData(
-            s.info, np.concatenate((old.ts[:k], s.ts)), np.concatenate((old.values[:k], s.values))
-        )
+        if old is None:
+            held[s.info] = _Held(s)
+        else:
+            old.splice(s, cutoff)
 
 
-def _trim(held: dict[SeriesInfo, SeriesData], keep_from: float) -> None:
-    for info, s in list(held.items()):
-        if len(s.ts) and s.ts[0] < keep_from:
-            k = int(np.searchsorted(s.ts, keep_from, side="left"))
-            held[info] = SeriesData(info, s.ts[k:], s.values[k:])
+def _trim(held: dict[SeriesInfo, _Held], keep_from: float) -> None:
+    for h in held.values():
+        h.trim(keep_from)
 
 
 # Storage keeps milliseconds and reads by them; a sample's float seconds may land a hair past
@@ -254,10 +292,8 @@ class CachedIngestStore:
                     )
                 e.meta_key = job_state
                 e.meta_read_at = now
-            catalog = e.catalog or ingest_selectors.SeriesCatalog({}, frozenset())
-            _splice(e.series, ingest_selectors.catalog_samples(op, catalog, cutoff, t1), cutoff)
-            for node in list(e.node_series):
-                self._refresh_node(node, cutoff, t1)
+            self._refresh_samples(cutoff, t1)
+            self._refresh_events(list(e.node_series), cutoff, t1)
             e.logs = [r for r in e.logs if r.ts < cutoff] + self._read_logs(cutoff, t1)
             if len(e.logs) > LOG_LIMIT:
                 e.logs = e.logs[-LOG_LIMIT:]
@@ -277,7 +313,7 @@ class CachedIngestStore:
         self,
         old: ingest_selectors.SeriesCatalog | None,
         new: ingest_selectors.SeriesCatalog,
-        held: dict[SeriesInfo, SeriesData],
+        held: dict[SeriesInfo, _Held],
         cutoff: float,
     ) -> ingest_selectors.SeriesCatalog:
         """The new catalog; series it adds are read over what the entry already holds (the
@@ -289,7 +325,7 @@ class CachedIngestStore:
             if added:
                 part = ingest_selectors.SeriesCatalog(added, new.node_ids)
                 for s in ingest_selectors.catalog_samples(self.operator_id, part, e.start, cutoff):
-                    held[s.info] = _cut(s, e.start, cutoff - 1e-6)
+                    held[s.info] = _Held(s)  # the refresh then replaces it from `cutoff` on
         return new
 
     @staticmethod
@@ -308,7 +344,45 @@ class CachedIngestStore:
             self.operator_id, self.job, t0 + half, before_s=half, after_s=half, limit=LOG_LIMIT
         )
 
+    def _refresh_samples(self, cutoff: float, t1: float) -> None:
+        """The job's series and its nodes' own in one read: they sit in the same nodes'
+        blocks, which are then fetched and decoded once."""
+        e = self.entry
+        job_catalog = e.catalog or ingest_selectors.SeriesCatalog({}, frozenset())
+        infos = dict(job_catalog.infos)
+        node_ids = set(job_catalog.node_ids)
+        for catalog in e.node_catalogs.values():
+            infos.update(catalog.infos)
+            node_ids |= catalog.node_ids
+        combined = ingest_selectors.SeriesCatalog(infos, frozenset(node_ids))
+        fresh = ingest_selectors.catalog_samples(self.operator_id, combined, cutoff, t1)
+        own = set(job_catalog.infos.values())
+        _splice(e.series, (s for s in fresh if s.info in own), cutoff)
+        by_node: dict[str, list[SeriesData]] = {}
+        for s in fresh:
+            if s.info not in own:
+                by_node.setdefault(s.info.node, []).append(s)
+        for node, held in e.node_series.items():
+            _splice(held, by_node.get(node, ()), cutoff)
+
+    def _refresh_events(self, nodes: list[str], cutoff: float, t1: float) -> None:
+        """Events of these nodes from `cutoff` on, in one read, replacing what was held."""
+        e = self.entry
+        if not nodes:
+            return
+        fresh = ingest_selectors.events_of_nodes(
+            self.operator_id, nodes, t0=cutoff, t1=t1, limit=EVENT_LIMIT * len(nodes)
+        )
+        by_node: dict[str, list[EventRow]] = {node: [] for node in nodes}
+        for row in fresh:
+            by_node.setdefault(row.node, []).append(row)
+        for node, rows in by_node.items():
+            old = [r for r in e.events.get(node, []) if r.ts < cutoff]
+            e.events[node] = (old + rows)[-EVENT_LIMIT:]
+
     def _refresh_node(self, node: str, cutoff: float, t1: float) -> None:
+        """A node first asked for by the window builder: its own series and events over what
+        the entry holds (later refreshes read it with the others)."""
         e = self.entry
         catalog = e.node_catalogs.get(node)
         if catalog is None:
@@ -348,7 +422,7 @@ class CachedIngestStore:
     def job_series(self, job: str, t0: float, t1: float) -> list[SeriesData]:
         if job != self.job:
             return ingest_selectors.job_series(self.operator_id, job, t0, t1)
-        return [_cut(s, t0, t1) for s in self.entry.series.values()]
+        return [_cut(h.view(), t0, t1) for h in self.entry.series.values()]
 
     def node_series(
         self, node: str, t0: float, t1: float, names: Iterable[str] | None = None
@@ -361,9 +435,9 @@ class CachedIngestStore:
             self._refresh_node(node, e.start, e.through)
         wanted = None if names is None else set(names)
         return [
-            _cut(s, t0, t1)
-            for s in e.node_series[node].values()
-            if wanted is None or s.info.name in wanted
+            _cut(h.view(), t0, t1)
+            for h in e.node_series[node].values()
+            if wanted is None or h.info.name in wanted
         ]
 
     def events(self, *, node: str, t0: float, t1: float) -> list[EventRow]:

@@ -25,13 +25,33 @@ pytestmark = pytest.mark.django_db(transaction=True)
 JOB = "job-cache"
 
 
+IB = "ib.port_rcv_errors"
+
+
 def _store(
     op: int,
     sequence: int,
     start: float,
     seconds: int = 5,
     names: tuple[str, ...] = (signals.DCGM_FI_DEV_GPU_UTIL, signals.DCGM_FI_DEV_POWER_USAGE),
+    event: bool = False,
 ) -> None:
+    # The node's own series (an InfiniBand port counter) beside the GPUs', and an event.
+    extra: list[dict[str, object]] = [
+        {
+            "type": "sample",
+            "ts": start + k,
+            "name": IB,
+            "node": "node-a",
+            "value": float(sequence * 100 + k),
+            "labels": {"device": "mlx5_0", "port": "1"},
+        }
+        for k in range(seconds)
+    ]
+    if event:
+        extra.append(
+            {"type": "event", "ts": start + 1, "name": "xid", "node": "node-a", "value": 79.0}
+        )
     batch = gpu_batch(
         agent_id="agent-cache",
         sequence=sequence,
@@ -39,6 +59,7 @@ def _store(
         start=start,
         seconds=seconds,
         names=names,
+        extra_records=extra,
     )
     ingest_services.store_batch(op, decode_batch(batch, Limits()))
 
@@ -80,8 +101,9 @@ def test_delta_reads_serve_what_a_full_read_gives_late_batches_included() -> Non
     first = _cached(op, cache)
     assert first.entry.full_reads == 1
     # Batches every 5 s, each followed by an evaluation: only the newest seconds are read...
+    first.node_series("node-a", base, base + 30)  # the window builder asks for its nodes
     for k in range(6):
-        _store(op, 2 + k, base + 30 + 5 * k)
+        _store(op, 2 + k, base + 30 + 5 * k, event=k == 3)
         store = _cached(op, cache)
     a = _activity(op)
     got = _by_info(store.job_series(JOB, a.first_data_ts, a.last_data_ts))
@@ -90,6 +112,19 @@ def test_delta_reads_serve_what_a_full_read_gives_late_batches_included() -> Non
     # ...and the cache holds exactly what storage holds: 60 one-hertz samples per series.
     assert got == _full(op)
     assert {len(ts) for ts, _ in got.values()} == {60}
+    # The node's own series and events too (one read with the job's, after the first).
+    full_store = IngestStore(op, _spans(op, [JOB]))
+    node_level = [
+        s
+        for s in full_store.node_series("node-a", a.first_data_ts, a.last_data_ts)
+        if not s.info.gpu and s.info.pid is None and not s.info.job
+    ]
+    cached_node = store.node_series("node-a", a.first_data_ts, a.last_data_ts)
+    assert _by_info(cached_node) == _by_info(node_level)
+    assert [len(s.ts) for s in cached_node] == [60]
+    events = store.events(node="node-a", t0=a.first_data_ts, t1=a.last_data_ts)
+    assert [(e.name, e.value) for e in events] == [("xid", 79.0)]
+    assert events == full_store.events(node="node-a", t0=a.first_data_ts, t1=a.last_data_ts)
     # A late batch (an agent's spool after an outage: data from 20 s into the job, of a signal
     # not seen before) is counted by the ingest signal and re-read from its first sample.
     _store(op, 20, base + 20, seconds=10, names=(signals.DCGM_FI_DEV_SM_CLOCK,))
