@@ -500,21 +500,26 @@ def events(
             qs = qs.filter(ts_us__gte=int(t0 * 1e6))
         if t1 is not None:
             qs = qs.filter(ts_us__lte=int(t1 * 1e6))
-        rows = qs.order_by("ts_us", "id").values_list(
-            "ts_us",
-            "name",
-            "node__hostname",
-            "gpu",
-            "gpu_index",
-            "job__job_id",
-            "value",
-            "text",
-            "labels",
-        )[:limit]
-        return [
-            EventRow(ts / 1e6, name, n or "", g, gi, j or "", v, text, labels or {})
-            for ts, name, n, g, gi, j, v, text, labels in rows
-        ]
+        return _event_rows(qs, limit)
+
+
+def _event_rows(qs: Any, limit: int) -> list[EventRow]:
+    """The events a (tenant-scoped) queryset selects, oldest first, at most `limit`."""
+    rows = qs.order_by("ts_us", "id").values_list(
+        "ts_us",
+        "name",
+        "node__hostname",
+        "gpu",
+        "gpu_index",
+        "job__job_id",
+        "value",
+        "text",
+        "labels",
+    )[:limit]
+    return [
+        EventRow(ts / 1e6, name, n or "", g, gi, j or "", v, text, labels or {})
+        for ts, name, n, g, gi, j, v, text, labels in rows
+    ]
 
 
 def events_of_nodes(
@@ -528,30 +533,12 @@ def events_of_nodes(
     """Events of several nodes (their GPUs' included) over [t0, t1], oldest first: one query
     for a job's nodes rather than one per node."""
     with tenant_context(operator_id):
-        rows = (
-            Event.objects.for_tenant(operator_id)
-            .filter(
-                node__hostname__in=list(hostnames),
-                ts_us__gte=int(t0 * 1e6),
-                ts_us__lte=int(t1 * 1e6),
-            )
-            .order_by("ts_us", "id")
-            .values_list(
-                "ts_us",
-                "name",
-                "node__hostname",
-                "gpu",
-                "gpu_index",
-                "job__job_id",
-                "value",
-                "text",
-                "labels",
-            )[:limit]
+        qs = Event.objects.for_tenant(operator_id).filter(
+            node__hostname__in=list(hostnames),
+            ts_us__gte=int(t0 * 1e6),
+            ts_us__lte=int(t1 * 1e6),
         )
-        return [
-            EventRow(ts / 1e6, name, n or "", g, gi, j or "", v, text, labels or {})
-            for ts, name, n, g, gi, j, v, text, labels in rows
-        ]
+        return _event_rows(qs, limit)
 
 
 def node_inventory(operator_id: int, hostname: str) -> dict[str, Any] | None:

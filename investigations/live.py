@@ -76,12 +76,10 @@ class IngestStore:
         )
 
     def gpus(self) -> list[tuple[str, str, int | None]]:
-        return [(uuid, node, index) for uuid, (node, index) in sorted(self.gpu_locations().items())]
+        return window_cache.gpu_list(self.gpu_locations())
 
     def time_range(self) -> tuple[float, float]:
-        if not self.spans:
-            return (0.0, 0.0)
-        return (min(a for a, _ in self.spans.values()), max(b for _, b in self.spans.values()))
+        return window_cache.spans_range(self.spans)
 
 
 def _spans(operator_id: int, job_ids: Iterable[str]) -> dict[str, tuple[float, float]]:

@@ -458,9 +458,19 @@ class CachedIngestStore:
         return ingest_selectors.gpu_series(self.operator_id, gpu, t0, t1)
 
     def gpus(self) -> list[tuple[str, str, int | None]]:
-        return [(uuid, node, index) for uuid, (node, index) in sorted(self.gpu_locations().items())]
+        return gpu_list(self.gpu_locations())
 
     def time_range(self) -> tuple[float, float]:
-        if not self.spans:
-            return (0.0, 0.0)
-        return (min(a for a, _ in self.spans.values()), max(b for _, b in self.spans.values()))
+        return spans_range(self.spans)
+
+
+def gpu_list(locations: dict[str, tuple[str, int | None]]) -> list[tuple[str, str, int | None]]:
+    """`SignalStore.gpus()` from the GPU inventory (uuid → (node, index)), by uuid."""
+    return [(uuid, node, index) for uuid, (node, index) in sorted(locations.items())]
+
+
+def spans_range(spans: dict[str, tuple[float, float]]) -> tuple[float, float]:
+    """`SignalStore.time_range()` over the jobs' data spans ((0, 0) for none)."""
+    if not spans:
+        return (0.0, 0.0)
+    return (min(a for a, _ in spans.values()), max(b for _, b in spans.values()))

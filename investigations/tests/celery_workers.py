@@ -35,6 +35,7 @@ from contract.wire.encode import BatchBuilder
 from ingest import services as ingest_services
 from ingest.processing import Limits, decode_batch
 from investigations.tests import worker_hold
+from investigations.tests.live_helpers import register_gpus
 from simulator import simulate
 
 REPO = Path(__file__).resolve().parents[2]
@@ -42,7 +43,6 @@ REPO = Path(__file__).resolve().parents[2]
 PRIVATE_DBS = range(15, 7, -1)
 CLAIM_KEY = "proof-test:worker-db-claim"
 CLAIM_TTL_S = 900
-GPU_MODEL = "NVIDIA H100 80GB HBM3"
 BATCH_SECONDS = 10.0
 
 
@@ -245,21 +245,7 @@ class SlicedRun:
         self._sequence = 0
         self._next = 0
         self.stored_through = self.start_ts
-        gpus: dict[str, dict[str, dict[str, Any]]] = {}
-        for record in self.records:
-            if record.get("gpu") and record.get("node"):
-                gpus.setdefault(record["node"], {}).setdefault(
-                    record["gpu"],
-                    {"uuid": record["gpu"], "index": record.get("gpu_index"), "model": GPU_MODEL},
-                )
-        for node, node_gpus in gpus.items():
-            ingest_services.register_agent(
-                operator_id,
-                agent_id=f"agent-{node}",
-                hostname=node,
-                agent_version="test",
-                gpus=node_gpus.values(),
-            )
+        register_gpus(operator_id, self.records)
 
     def _flush(self) -> None:
         if len(self._builder):

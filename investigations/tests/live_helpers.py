@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +23,25 @@ from tenants.context import tenant_context
 
 BATCH_SECONDS = 10.0
 GPU_MODEL = "NVIDIA H100 80GB HBM3"
+
+
+def register_gpus(operator_id: int, records: Iterable[dict[str, Any]]) -> None:
+    """Each simulated node's agent registers its GPUs, as the real agent does on connecting."""
+    gpus: dict[str, dict[str, dict[str, Any]]] = {}
+    for record in records:
+        if record.get("gpu") and record.get("node"):
+            gpus.setdefault(record["node"], {}).setdefault(
+                record["gpu"],
+                {"uuid": record["gpu"], "index": record.get("gpu_index"), "model": GPU_MODEL},
+            )
+    for node, node_gpus in gpus.items():
+        ingest_services.register_agent(
+            operator_id,
+            agent_id=f"agent-{node}",
+            hostname=node,
+            agent_version="test",
+            gpus=node_gpus.values(),
+        )
 
 
 def store_sim(
@@ -60,22 +79,7 @@ def store_sim(
             decoded = decode_batch(builder.build(sequence), limits)
             ingest_services.store_batch(operator_id, decoded)
 
-    # Each node's agent registers its GPUs first, as the real agent does on connecting.
-    gpus: dict[str, dict[str, dict[str, Any]]] = {}
-    for record in run.records():
-        if record.get("gpu") and record.get("node"):
-            gpus.setdefault(record["node"], {}).setdefault(
-                record["gpu"],
-                {"uuid": record["gpu"], "index": record.get("gpu_index"), "model": GPU_MODEL},
-            )
-    for node, node_gpus in gpus.items():
-        ingest_services.register_agent(
-            operator_id,
-            agent_id=f"agent-{node}",
-            hostname=node,
-            agent_version="test",
-            gpus=node_gpus.values(),
-        )
+    register_gpus(operator_id, run.records())
     jobs: list[str] = []
     truth = run.meta.get("truth") or {}
     if truth.get("subject"):
