@@ -402,7 +402,14 @@ def _cpu_lines(
     screen_cpu_s: float = 0.0,
     screen_batches: int = 0,
 ) -> list[str]:
-    tasks = [e for e in events if e["event"] == "task"]
+    # This run's tasks only: the fleet-health fan-out also evaluates GPUs an earlier run in the
+    # same database reported within the day, which are not among the GPUs played here.
+    operators = {op for op, _job in gpus_per_job}
+    tasks = [
+        e
+        for e in events
+        if e["event"] == "task" and (not operators or (e["args"] and e["args"][0] in operators))
+    ]
     jobs = [e for e in tasks if e["task"] == JOB_TASK]
     fleet = [e for e in tasks if e["task"] == FLEET_TASK]
     cpu_jobs = sum(e["cpu_s"] for e in jobs)
