@@ -86,6 +86,10 @@ class _Entry:
     meta_read_at: float = float("-inf")
     full_reads: int = 0
     delta_reads: int = 0
+    # Held by an evaluation from its refresh to the end of its detectors (the window's raw
+    # series are views of the held arrays): two evaluations of one job in one worker (its
+    # evaluation lock expired under load) must not refresh the entry under each other's reads.
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def samples(self) -> int:
         held = sum(len(h) for h in self.series.values())
@@ -432,7 +436,7 @@ class CachedIngestStore:
         series of the node here read each GPU's data twice."""
         e = self.entry
         if node not in e.node_series:  # first asked: read it over what the entry holds
-            self._refresh_node(node, e.start, e.through)
+            self._refresh_node(node, min(e.start, t0), max(e.through, t1))
         wanted = None if names is None else set(names)
         return [
             _cut(h.view(), t0, t1)
@@ -443,7 +447,7 @@ class CachedIngestStore:
     def events(self, *, node: str, t0: float, t1: float) -> list[EventRow]:
         e = self.entry
         if node not in e.node_series:
-            self._refresh_node(node, e.start, e.through)
+            self._refresh_node(node, min(e.start, t0), max(e.through, t1))
         return [r for r in e.events.get(node, []) if t0 <= r.ts <= t1]
 
     def job_logs(self, job: str, t0: float, t1: float) -> list[LogRow]:

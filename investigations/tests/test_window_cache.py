@@ -13,9 +13,10 @@ from contract.rows import SeriesData, SeriesInfo
 from ingest import services as ingest_services
 from ingest.processing import Limits, decode_batch
 from ingest.tests.helpers import gpu_batch
+from investigations import live
 from investigations.live import IngestStore, _spans
 from investigations.models import JobActivity
-from investigations.tests.live_helpers import job_pk
+from investigations.tests.live_helpers import job_pk, run_together, store_sim
 from investigations.window_cache import CachedIngestStore, LateData, WindowCache
 from tenants.context import tenant_context
 from tenants.testing import make_tenant
@@ -71,6 +72,11 @@ def _by_info(series: list[SeriesData]) -> dict[SeriesInfo, tuple[list[float], li
 def _activity(op: int) -> JobActivity:
     with tenant_context(op):
         return JobActivity.objects.for_tenant(op).get(job_id=job_pk(op, JOB))
+
+
+def _activity_of(op: int, job: str) -> JobActivity:
+    with tenant_context(op):
+        return JobActivity.objects.for_tenant(op).get(job_id=job_pk(op, job))
 
 
 def _cached(op: int, cache: WindowCache, *, now: float | None = None) -> CachedIngestStore:
@@ -153,3 +159,22 @@ def test_entries_are_bounded_least_recently_evaluated_first() -> None:
     again = _cached(op, cache)
     assert again.entry.full_reads == 1
     assert np.isfinite(again.entry.through)
+
+
+def test_two_evaluations_of_one_job_at_once_share_the_entry_safely() -> None:
+    """An evaluation lock that expired under load lets two evaluations of one job run in one
+    worker at once; the entry's own lock keeps one from refreshing it (a full read clears it
+    first) while the other reads."""
+    op = make_tenant("cache-c").operator.pk
+    sim = store_sim(op, "sequence_imbalance", seed=3)
+    a = _activity_of(op, sim.jobs[0])
+    results: list[set[str]] = []
+
+    def evaluate(k: int) -> None:
+        # The second caller asks for an earlier start: a full read, which clears the entry.
+        t0 = a.first_data_ts + (0.0 if k == 0 else -1.0)
+        _window, verdicts = live.detect_job(op, sim.jobs[0], t0, a.last_data_ts)
+        results.append({v["family"] for v in verdicts})
+
+    assert run_together(evaluate, 2) == []
+    assert results == [sim.offline_families[sim.jobs[0]]] * 2
