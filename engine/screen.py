@@ -101,6 +101,21 @@ _LEVEL_SIGNALS = frozenset(
 _ERROR_COUNTER_MARKS = ("DBE", "REMAP", "CRC", "REPLAY", "RECOVERY", "ERROR", "DOWNED", "DISCARD")
 
 
+def _episode(since: float | None, gap: float, limit: float, now: float) -> float | None:
+    """When the current excursion began: it begins when `gap` passes `limit` and ends once it
+    is back within half of it (hysteresis: a gap hovering at the limit does not flicker)."""
+    if gap < limit / 2:
+        return None
+    if since is None and gap >= limit:
+        return now
+    return since
+
+
+def _fresh(since: float | None, now: float) -> bool:
+    """An excursion is a sign for PEER_HOLD_S after it began."""
+    return since is not None and now - since <= PEER_HOLD_S
+
+
 def _floor(name: str) -> float:
     return RATIO_FLOOR if name.startswith(signals.DCGM_PROF_PREFIX) else ABS_FLOOR
 
@@ -145,7 +160,8 @@ class BatchScreen:
     """Per process (ingest's), shared by its writer threads."""
 
     def __init__(self, max_series: int = MAX_SERIES, max_jobs: int = MAX_JOBS) -> None:
-        self._means: OrderedDict[SeriesInfo, float] = OrderedDict()
+        # cumulative error counter → its last value
+        self._counter_last: OrderedDict[SeriesInfo, float] = OrderedDict()
         # (node, signal, GPU or pid) → (EWMA of its gap to the peers, when it began drifting)
         self._gaps: OrderedDict[Any, tuple[float, float | None]] = OrderedDict()
         self._low_loss: OrderedDict[str, float] = OrderedDict()
@@ -175,13 +191,12 @@ class BatchScreen:
             signs.add(str(e.get("job") or ""), str(e.get("node") or ""), f"event {e.get('name')}")
         with self._lock:
             self._look_logs(logs, signs)
-            if len(values):
-                now = float(ts_ms.max()) / 1e3 if ts_ms is not None and len(ts_ms) else 0.0
-                self._look_series(series, counts, values, signs, now)
-                if ts_ms is not None and len(ts_ms):
-                    self._look_young(
-                        series, float(ts_ms.min()) / 1e3, float(ts_ms.max()) / 1e3, signs
-                    )
+            if len(values) and ts_ms is not None and len(ts_ms):
+                first, last = float(ts_ms.min()) / 1e3, float(ts_ms.max()) / 1e3
+                self._look_series(series, counts, values, signs, last)
+                self._look_young(series, first, last, signs)
+            elif len(values):  # no timestamps: no episode has a time to be fresh by
+                self._look_series(series, counts, values, signs, 0.0)
             self.cpu_s += time.thread_time() - began
             self.batches += 1
         return signs
@@ -253,11 +268,11 @@ class BatchScreen:
             if signals.is_cumulative(name):
                 if not _is_error_counter(name):
                     continue
-                before = self._means.get(info)
+                before = self._counter_last.get(info)
                 last = float(lasts[k])
                 if (before is not None and last > before) or float(firsts[k]) < last:
                     signs.add(info.job, info.node, f"{name} moved")
-                self._remember(info, last)
+                self._remember_counter(info, last)
                 continue
             if name not in _LEVEL_SIGNALS:
                 continue
@@ -268,13 +283,9 @@ class BatchScreen:
             else:
                 fast = held[0] + EWMA_ALPHA * (mean - held[0])
                 slow = held[1] + SLOW_ALPHA * (mean - held[1])
-                gap, limit = abs(fast - slow), max(LEVEL_CHANGE * abs(slow), _floor(name))
-                changed = held[2]
-                if gap < limit / 2:  # settled at its level (hysteresis: no flicker)
-                    changed = None
-                elif changed is None and gap > limit:
-                    changed = now
-                if changed is not None and now - changed <= PEER_HOLD_S:
+                limit = max(LEVEL_CHANGE * abs(slow), _floor(name))
+                changed = _episode(held[2], abs(fast - slow), limit, now)
+                if _fresh(changed, now):
                     signs.add(info.job, info.node, f"{name} changed level")
             self._levels[info] = (fast, slow, changed)
             self._levels.move_to_end(info)
@@ -294,24 +305,20 @@ class BatchScreen:
                 # From 0, not from the first gap: one sample's jitter is not a drift.
                 held_drift = 0.0 if prior is None else prior[0]
                 drift = held_drift + PEER_ALPHA * (gap - held_drift)
-                began = prior[1] if prior is not None else None
-                if abs(drift) < limit / 2:  # back among its peers (hysteresis: no flicker)
-                    began = None
-                elif began is None and abs(drift) >= limit:
-                    began = now
+                began = _episode(None if prior is None else prior[1], abs(drift), limit, now)
                 self._gaps[key] = (drift, began)
                 self._gaps.move_to_end(key)
-                if began is not None and now - began <= PEER_HOLD_S:
+                if _fresh(began, now):
                     signs.add(info.job, node, f"{name} drifting from its peers")
         for held_map in (self._gaps, self._levels):
             while len(held_map) > self._max_series:
                 held_map.popitem(last=False)
 
-    def _remember(self, info: SeriesInfo, value: float) -> None:
-        self._means[info] = value
-        self._means.move_to_end(info)
-        while len(self._means) > self._max_series:
-            self._means.popitem(last=False)
+    def _remember_counter(self, info: SeriesInfo, value: float) -> None:
+        self._counter_last[info] = value
+        self._counter_last.move_to_end(info)
+        while len(self._counter_last) > self._max_series:
+            self._counter_last.popitem(last=False)
 
 
 # The process's screen: ingest's receivers feed it every stored batch (one per ingest process:

@@ -22,10 +22,6 @@ from investigations import window_cache
 from investigations.models import JobActivity
 from tenants.context import tenant_context
 
-# Enough log lines for 30 min of a large job's progress lines; beyond it the oldest are kept.
-LOG_LIMIT = window_cache.LOG_LIMIT
-EVENT_LIMIT = window_cache.EVENT_LIMIT
-
 
 class IngestStore:
     """One tenant's stored signals, for the window builders. `spans` gives each job's data
@@ -67,13 +63,12 @@ class IngestStore:
         return ingest_selectors.gpu_series(self.operator_id, gpu, t0, t1)
 
     def events(self, *, node: str, t0: float, t1: float) -> list[EventRow]:
-        return ingest_selectors.events(self.operator_id, node=node, t0=t0, t1=t1, limit=EVENT_LIMIT)
+        return ingest_selectors.events(
+            self.operator_id, node=node, t0=t0, t1=t1, limit=window_cache.EVENT_LIMIT
+        )
 
     def job_logs(self, job: str, t0: float, t1: float) -> list[LogRow]:
-        half = max(0.0, (t1 - t0) / 2)
-        return ingest_selectors.job_logs(
-            self.operator_id, job, t0 + half, before_s=half, after_s=half, limit=LOG_LIMIT
-        )
+        return window_cache.read_job_logs(self.operator_id, job, t0, t1)
 
     def gpus(self) -> list[tuple[str, str, int | None]]:
         return window_cache.gpu_list(self.gpu_locations())

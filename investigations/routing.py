@@ -31,9 +31,8 @@ def route_task(
     queues = int(getattr(settings, "PROOF_EVAL_QUEUES", 1))
     if name != EVALUATE_JOB or queues <= 1:
         return None
-    operator_id, job_pk = (args or [None, None])[:2] if args else (None, None)
-    if operator_id is None:
-        operator_id, job_pk = (kwargs or {}).get("operator_id"), (kwargs or {}).get("job_id")
-    if operator_id is None or job_pk is None:
+    # evaluate_job(operator_id, job_id), sent positionally by the services and the fan-out.
+    ids = list(args or ()) or [(kwargs or {}).get(k) for k in ("operator_id", "job_id")]
+    if len(ids) < 2 or ids[0] is None or ids[1] is None:
         return None
-    return {"queue": eval_queue(int(operator_id), int(job_pk), queues)}
+    return {"queue": eval_queue(int(ids[0]), int(ids[1]), queues)}

@@ -50,10 +50,11 @@ OVERLAP_S = 15.0
 # Catalogs and metadata change rarely (a rank's process appears, the job ends): re-read every
 # 15 s, which delays a new rank's first appearance in the window by as much at most.
 META_TTL_S = 15.0
-# Drop samples older than the window only once they are this far behind, so trimming (a copy
-# of every array) happens once a minute, not at every refresh.
+# Drop samples older than the window only once they are this far behind, so trimming (a pass
+# over every series, events and logs) happens once a minute, not at every refresh.
 TRIM_SLACK_S = 60.0
-# Same bounds on log lines and events as a window read from storage.
+# Enough log lines for 30 min of a large job's progress lines, and events; beyond them the
+# newest are kept (a window read from storage, the oldest).
 LOG_LIMIT = 200_000
 EVENT_LIMIT = 20_000
 
@@ -298,7 +299,7 @@ class CachedIngestStore:
                 e.meta_read_at = now
             self._refresh_samples(cutoff, t1)
             self._refresh_events(list(e.node_series), cutoff, t1)
-            e.logs = [r for r in e.logs if r.ts < cutoff] + self._read_logs(cutoff, t1)
+            e.logs = [r for r in e.logs if r.ts < cutoff] + read_job_logs(op, self.job, cutoff, t1)
             if len(e.logs) > LOG_LIMIT:
                 e.logs = e.logs[-LOG_LIMIT:]
         e.start = min(e.start, t0)
@@ -341,12 +342,6 @@ class CachedIngestStore:
         e.node_catalogs.clear()
         e.start = float("inf")
         e.through = float("-inf")
-
-    def _read_logs(self, t0: float, t1: float) -> list[LogRow]:
-        half = max(0.0, (t1 - t0) / 2)
-        return ingest_selectors.job_logs(
-            self.operator_id, self.job, t0 + half, before_s=half, after_s=half, limit=LOG_LIMIT
-        )
 
     def _refresh_samples(self, cutoff: float, t1: float) -> None:
         """The job's series and its nodes' own in one read: they sit in the same nodes'
@@ -397,11 +392,7 @@ class CachedIngestStore:
         _splice(
             held, ingest_selectors.catalog_samples(self.operator_id, catalog, cutoff, t1), cutoff
         )
-        old = [r for r in e.events.get(node, []) if r.ts < cutoff]
-        fresh = ingest_selectors.events(
-            self.operator_id, node=node, t0=cutoff, t1=t1, limit=EVENT_LIMIT
-        )
-        e.events[node] = (old + fresh)[-EVENT_LIMIT:]
+        self._refresh_events([node], cutoff, t1)
 
     # --- SignalStore ----------------------------------------------------------------------
     def jobs(self) -> dict[str, JobMeta]:
@@ -452,10 +443,7 @@ class CachedIngestStore:
 
     def job_logs(self, job: str, t0: float, t1: float) -> list[LogRow]:
         if job != self.job:
-            half = max(0.0, (t1 - t0) / 2)
-            return ingest_selectors.job_logs(
-                self.operator_id, job, t0 + half, before_s=half, after_s=half, limit=LOG_LIMIT
-            )
+            return read_job_logs(self.operator_id, job, t0, t1)
         return [r for r in self.entry.logs if t0 <= r.ts <= t1]
 
     def gpu_series(self, gpu: str, t0: float, t1: float) -> list[SeriesData]:
@@ -466,6 +454,14 @@ class CachedIngestStore:
 
     def time_range(self) -> tuple[float, float]:
         return spans_range(self.spans)
+
+
+def read_job_logs(operator_id: int, job: str, t0: float, t1: float) -> list[LogRow]:
+    """A job's log lines over [t0, t1] from storage, at most LOG_LIMIT."""
+    half = max(0.0, (t1 - t0) / 2)
+    return ingest_selectors.job_logs(
+        operator_id, job, t0 + half, before_s=half, after_s=half, limit=LOG_LIMIT
+    )
 
 
 def gpu_list(locations: dict[str, tuple[str, int | None]]) -> list[tuple[str, str, int | None]]:

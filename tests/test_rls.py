@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from django.db import DatabaseError, connection, transaction
+from django.test.utils import CaptureQueriesContext
 
 from tenants.context import system_context, tenant_context
 from tenants.models import Customer
@@ -136,3 +137,29 @@ def test_application_role_is_restricted_and_owns_nothing() -> None:
     # And it cannot switch RLS off.
     with pytest.raises(DatabaseError, match="must be owner"), transaction.atomic():
         _fetch("ALTER TABLE tenants_customer DISABLE ROW LEVEL SECURITY")
+
+
+def test_nested_contexts_scope_like_the_innermost_and_restore_the_outer() -> None:
+    """A context nested in one of the same tenant sets nothing again (no set_config round
+    trip: selectors called inside a service's context); another tenant's or the system context
+    nested inside still scopes its block, and the outer tenant is back after it."""
+    a, b = make_tenant("rln-a"), make_tenant("rln-b")
+
+    def slugs() -> set[str]:
+        return {row[0] for row in _fetch("SELECT slug FROM tenants_customer")}
+
+    with tenant_context(a.operator.pk):
+        with CaptureQueriesContext(connection) as same, tenant_context(a.operator.pk):
+            assert slugs() == {"rln-a-customer"}
+        assert not any("set_config" in q["sql"] for q in same.captured_queries)
+        with tenant_context(b.operator.pk):
+            assert slugs() == {"rln-b-customer"}
+            with tenant_context(b.operator.pk):
+                assert slugs() == {"rln-b-customer"}
+        assert slugs() == {"rln-a-customer"}
+        with system_context():
+            assert {"rln-a-customer", "rln-b-customer"} <= slugs()
+            with tenant_context(a.operator.pk):  # the system setting is not "a" in force
+                assert slugs() == {"rln-a-customer"}
+        assert slugs() == {"rln-a-customer"}
+    assert slugs() == set()
