@@ -1,10 +1,23 @@
-from django.contrib.auth import views as auth_views
-from django.urls import path
+"""Console URLs. These paths are a contract: other tools (chat messages, tickets, the API's
+`console_url` fields) link to them, so they change only with a redirect from the old path."""
 
-from frontend import views
+from django.contrib.auth import views as auth_views
+from django.urls import path, re_path
+
+from frontend.views import fleet, health, home, incidents, jobs, price, settings_pages
 
 urlpatterns = [
-    path("", views.home, name="home"),
+    path("", home.home, name="home"),
+    path("fleet/", fleet.fleet, name="fleet"),
+    path("health/", health.health, name="health"),
+    path("price/", price.price, name="price"),
+    path("jobs/", jobs.job_list, name="jobs"),
+    # Job ids come from schedulers and may hold any character but a slash-free tail is not
+    # guaranteed (Kubernetes "namespace/name"), so the id is the rest of the path.
+    re_path(r"^jobs/(?P<job_id>.+)/$", jobs.job_detail, name="job"),
+    path("incidents/", incidents.incident_list, name="incidents"),
+    path("incidents/<uuid:public_id>/", incidents.incident_detail, name="incident"),
+    path("settings/", settings_pages.settings_index, name="settings"),
     path(
         "login/",
         auth_views.LoginView.as_view(
