@@ -36,9 +36,8 @@ def console_view(
     non-admin on an admin-only page, gets 404."""
 
     def decorate(view: ConsoleView[P]) -> Callable[Concatenate[HttpRequest, P], HttpResponse]:
-        @login_required
         @wraps(view)
-        def wrapped(request: HttpRequest, *args: P.args, **kwargs: P.kwargs) -> HttpResponse:
+        def wrapped(request: HttpRequest, /, *args: P.args, **kwargs: P.kwargs) -> HttpResponse:
             principal = principal_of(request)
             if principal is None:
                 return render(request, "proof/console/no_membership.html", status=403)
@@ -48,6 +47,7 @@ def console_view(
                 raise Http404("No such page.")
             return view(request, principal, *args, **kwargs)
 
-        return wrapped
+        signed_in: Callable[Concatenate[HttpRequest, P], HttpResponse] = login_required(wrapped)
+        return signed_in
 
     return decorate
