@@ -10,15 +10,20 @@ validate shapes and translate the errors: `TenancyError` is bad input (HTTP 400)
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import User
+from django.contrib.auth.tokens import default_token_generator
 from django.core.exceptions import ValidationError
 from django.core.validators import validate_email, validate_slug
 from django.db import IntegrityError, transaction
+from django.http import Http404
 from django.utils import timezone
+from django.utils.encoding import force_bytes
+from django.utils.http import urlsafe_base64_encode
 
 from tenants.access import Principal, get_object_for_tenant, role_can_write
 from tenants.context import system_context, tenant_context
@@ -68,7 +73,9 @@ def _clean_name(value: str, what: str) -> str:
     return value
 
 
-def _create_user(username: str, email: str, password: str) -> User:
+def _create_user(username: str, email: str, password: str | None) -> User:
+    """A new user; `password=None` makes one with no usable password (an invited member, who
+    sets their own through a one-time link)."""
     user_model = get_user_model()
     username = (username or "").strip()
     if not username:
@@ -76,7 +83,7 @@ def _create_user(username: str, email: str, password: str) -> User:
     _validate(user_model.username_validator, username, "username")
     if email:
         _validate(validate_email, email, "email address")
-    if not password:
+    if password is not None and not password:
         raise TenancyError("a password is required")
     if user_model.objects.filter(username=username).exists():
         raise TenancyError(f"a user named {username!r} already exists")
@@ -437,3 +444,173 @@ def customer_for_job(operator: Operator | int, job_attrs: Mapping[str, Any]) -> 
         if customer_id is None:
             return None
         return Customer.objects.for_tenant(operator_id).get(pk=customer_id)
+
+
+# --- members: invite, role, activation (the console's users settings) -------------------------
+#
+# Admins manage the members of their own scope: operator admins every member of the operator,
+# customer admins the members of their own customer. A member outside that scope is a 404 (the
+# same answer as another operator's), never a 403. Nobody changes their own role or activation:
+# an admin locking themself out leaves the tenant to whoever is left, and a demotion of oneself
+# is never what the button meant.
+
+# Higher is more: a role "covers" another of the same scope when its rank is at least as high.
+_ROLE_RANK = {
+    Role.CUSTOMER_VIEWER: 0,
+    Role.CUSTOMER_ADMIN: 1,
+    Role.OPERATOR_SUPPORT: 2,
+    Role.OPERATOR_ADMIN: 3,
+}
+
+
+@dataclass(frozen=True)
+class PasswordLink:
+    """The two parts of a one-time set-password URL (Django's password-reset tokens): valid
+    until the password is set, another link is issued, or PASSWORD_RESET_TIMEOUT passes."""
+
+    uidb64: str
+    token: str
+
+
+def _require_member_admin(principal: Principal, action: str) -> None:
+    if not (principal.is_admin and principal.can_write):
+        raise NotAllowed(f"only admins with write access may {action}")
+
+
+def _member_for(principal: Principal, member_id: int, action: str) -> Membership:
+    """The membership `member_id` inside the principal's scope (404 otherwise), not their own."""
+    membership = (
+        Membership.objects.for_tenant(principal).select_related("user").filter(pk=member_id).first()
+    )
+    if membership is None:
+        raise Http404("No membership matches the given query.")
+    if principal.user_id is not None and membership.user_id == principal.user_id:
+        raise NotAllowed(f"you cannot {action} yourself")
+    return membership
+
+
+def _assignable(
+    principal: Principal, role: Role | str, customer_id: int | None
+) -> tuple[Role, int | None]:
+    """The (role, customer id) the principal may give a member; never above its own scope."""
+    try:
+        role = Role(role)
+    except ValueError:
+        raise TenancyError(f"role {role!r} must be one of {', '.join(Role.values)}") from None
+    if principal.is_customer:
+        if role not in CUSTOMER_ROLES:
+            raise NotAllowed("customer admins may give customer roles only")
+        if customer_id is not None and customer_id != principal.customer_id:
+            raise NotAllowed("customer admins may manage their own customer's members only")
+        return role, principal.customer_id
+    if role in OPERATOR_ROLES:
+        if customer_id is not None:
+            raise TenancyError(f"role {role.value} is an operator role and takes no customer")
+        return role, None
+    if customer_id is None:
+        raise TenancyError(f"role {role.value} is a customer role and needs a customer")
+    if not Customer.objects.for_tenant(principal).filter(pk=customer_id).exists():
+        raise TenancyError(f"customer {customer_id} does not exist")
+    return role, customer_id
+
+
+def _covers(new: Role, new_customer: int | None, old: Role, old_customer: int | None) -> bool:
+    """Whether a member moved from (old, old_customer) to (new, new_customer) could have
+    created every API token they made before: a raise within the scope, or to operator scope."""
+    if new in OPERATOR_ROLES:
+        return old in CUSTOMER_ROLES or _ROLE_RANK[new] >= _ROLE_RANK[old]
+    return (
+        old in CUSTOMER_ROLES
+        and new_customer == old_customer
+        and _ROLE_RANK[new] >= _ROLE_RANK[old]
+    )
+
+
+def _revoke_tokens_created_by(operator_id: int, user_id: int) -> int:
+    """Revoke the live API tokens a member created (a token acts with its creator's role)."""
+    return (
+        ApiToken.objects.for_tenant(operator_id)
+        .filter(created_by_id=user_id, revoked_at__isnull=True)
+        .update(revoked_at=timezone.now())
+    )
+
+
+def _password_link(user: User) -> PasswordLink:
+    return PasswordLink(
+        uidb64=urlsafe_base64_encode(force_bytes(user.pk)),
+        token=default_token_generator.make_token(user),
+    )
+
+
+def do_invite_member(
+    principal: Principal,
+    *,
+    username: str,
+    email: str = "",
+    role: Role | str,
+    customer_id: int | None = None,
+) -> tuple[Membership, PasswordLink]:
+    """A new member with no usable password and the one-time link they set it with.
+
+    Sites are often air-gapped (no mail), so the link goes back to the inviting admin, shown
+    once, to pass on; nothing else (no temporary password) is ever known to anyone but the
+    member."""
+    _require_member_admin(principal, "invite members")
+    with tenant_context(principal.operator_id):
+        role, customer_id = _assignable(principal, role, customer_id)
+        with transaction.atomic():
+            user = _create_user(username, (email or "").strip(), None)
+            membership = do_add_membership(
+                operator_id=principal.operator_id, user=user, role=role, customer_id=customer_id
+            )
+    return membership, _password_link(user)
+
+
+def do_issue_password_link(principal: Principal, member_id: int) -> tuple[Membership, PasswordLink]:
+    """A new one-time set-password link for a member (a lost invitation, a forgotten password).
+
+    The member's current password stops working at once and their sessions end (Django ties
+    sessions to the password hash); any earlier link stops working too."""
+    _require_member_admin(principal, "issue set-password links")
+    with tenant_context(principal.operator_id):
+        membership = _member_for(principal, member_id, "issue a set-password link for")
+        user = membership.user
+        if not user.is_active:
+            raise TenancyError(f"{user.get_username()!r} is deactivated; reactivate them first")
+        user.set_unusable_password()
+        user.save(update_fields=["password"])
+    return membership, _password_link(user)
+
+
+def do_change_member_role(
+    principal: Principal, member_id: int, *, role: Role | str, customer_id: int | None = None
+) -> Membership:
+    """Give a member another role (and, for customer roles, customer). The API tokens they
+    created are revoked unless the new role could have created them too (see _covers)."""
+    _require_member_admin(principal, "change roles")
+    with tenant_context(principal.operator_id):
+        membership = _member_for(principal, member_id, "change the role of")
+        new_role, new_customer = _assignable(principal, role, customer_id)
+        old_role, old_customer = Role(membership.role), membership.customer_id
+        if (new_role, new_customer) == (old_role, old_customer):
+            return membership
+        membership.role, membership.customer_id = new_role, new_customer
+        membership.save(update_fields=["role", "customer"])
+        if not _covers(new_role, new_customer, old_role, old_customer):
+            _revoke_tokens_created_by(principal.operator_id, membership.user_id)
+    return membership
+
+
+def do_set_member_active(principal: Principal, member_id: int, *, active: bool) -> Membership:
+    """Deactivate a member (they can no longer sign in, their sessions end, and the API tokens
+    they created are revoked) or reactivate one (revoked tokens stay revoked)."""
+    _require_member_admin(principal, "deactivate or reactivate members")
+    with tenant_context(principal.operator_id):
+        membership = _member_for(principal, member_id, "deactivate" if not active else "reactivate")
+        user = membership.user
+        if user.is_active != active:
+            user.is_active = active
+            user.save(update_fields=["is_active"])
+        if not active:
+            _revoke_tokens_created_by(principal.operator_id, user.pk)
+    return membership
