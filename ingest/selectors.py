@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 import psycopg
 from django.db import connection
-from django.db.models import Q, TextField
-from django.db.models.functions import Cast
+from django.db.models import F, Max, Min, Q, Sum, TextField, Window
+from django.db.models.functions import Cast, RowNumber
 
 from contract import signals
 from contract.rows import (
@@ -682,3 +682,87 @@ def gpus_seen_since(since: datetime) -> list[tuple[int, str]]:
     with system_context():
         rows = Gpu.objects.filter(last_seen_at__gte=since)
         return [(int(o), str(u)) for o, u in rows.values_list("operator_id", "uuid")]
+
+
+# --- rollups of many GPUs at once, for the console's fleet pages -----------------------------
+
+
+@dataclass(frozen=True)
+class GpuBucket:
+    """One GPU's readings of one signal over one hourly rollup bucket, across every series of
+    that GPU and signal (a GPU's samples carry the running job's keys, so one GPU has one
+    series per job it ran, and one without job keys for the time it ran none)."""
+
+    gpu: str
+    name: str
+    bucket_start: float  # seconds
+    count: int
+    mean: float
+    min: float
+    max: float
+
+
+def _gpu_rollup_rows(
+    operator_id: int, names: Iterable[str], gpus: Iterable[str] | None, since_ms: int
+) -> Any:
+    """(gpu, name, bucket) aggregates of the rollups of GPU-scope series named `names` (of
+    `gpus`, or of every GPU) from `since_ms` on: one row per GPU, signal and bucket."""
+    series = Series.objects.for_tenant(operator_id).filter(name__in=list(names)).exclude(gpu="")
+    if gpus is not None:
+        series = series.filter(gpu__in=list(gpus))
+    return (
+        SeriesRollup.objects.for_tenant(operator_id)
+        .filter(series__in=series.values("id"), bucket_start_ms__gte=since_ms)
+        .values("series__gpu", "series__name", "bucket_start_ms")
+        .annotate(n=Sum("count"), total=Sum("sum"), lo=Min("min"), hi=Max("max"))
+    )
+
+
+def latest_gpu_buckets(
+    operator_id: int,
+    names: Iterable[str],
+    *,
+    since: float,
+    gpus: Iterable[str] | None = None,
+) -> dict[tuple[str, str], GpuBucket]:
+    """(gpu uuid, signal) → the newest rollup bucket starting at or after `since` of each GPU
+    (`gpus`, or every GPU of the tenant) for each signal, in one query: what a fleet view at
+    10,000 GPUs can afford instead of reading samples. The rollups are hourly and rebuilt every
+    15 minutes (ingest-rollups), so "newest" is the current hour, up to 15 min behind."""
+    with tenant_context(operator_id):
+        rows = (
+            _gpu_rollup_rows(operator_id, names, gpus, _ms(since))
+            .annotate(
+                newest=Window(
+                    RowNumber(),
+                    partition_by=[F("series__gpu"), F("series__name")],
+                    order_by=F("bucket_start_ms").desc(),
+                )
+            )
+            .filter(newest=1)
+            .values_list("series__gpu", "series__name", "bucket_start_ms", "n", "total", "lo", "hi")
+        )
+        return {
+            (gpu, name): GpuBucket(gpu, name, b / 1000.0, int(n), total / n if n else 0.0, lo, hi)
+            for gpu, name, b, n, total, lo, hi in rows
+        }
+
+
+def gpu_buckets(
+    operator_id: int, gpus: Iterable[str], names: Iterable[str], t0: float
+) -> dict[tuple[str, str], list[GpuBucket]]:
+    """(gpu uuid, signal) → the GPU's hourly buckets since `t0`, oldest first, for several
+    GPUs and signals in one query (trend charts over days: 24 points a day per line)."""
+    with tenant_context(operator_id):
+        start = _ms(t0) - _ms(t0) % 3_600_000
+        rows = (
+            _gpu_rollup_rows(operator_id, names, gpus, start)
+            .order_by("series__gpu", "series__name", "bucket_start_ms")
+            .values_list("series__gpu", "series__name", "bucket_start_ms", "n", "total", "lo", "hi")
+        )
+        out: dict[tuple[str, str], list[GpuBucket]] = {}
+        for gpu, name, b, n, total, lo, hi in rows:
+            out.setdefault((gpu, name), []).append(
+                GpuBucket(gpu, name, b / 1000.0, int(n), total / n if n else 0.0, lo, hi)
+            )
+        return out
