@@ -141,16 +141,27 @@ _LOSS = re.compile(
 @dataclass
 class Signs:
     """What looked due, with the first reason seen: job ids, and nodes (for samples and events
-    that carry no job)."""
+    that carry no job). `lasting` signs are conditions that can hold for a while (a throttling
+    GPU, a level changed, a GPU drifting from its peers); the others are happenings (an event,
+    an error line, a counter that moved, a loss that rose, the job's first minute).
+    `prompt_jobs`/`prompt_nodes` are those with at least one happening: the scheduler backs
+    off repeated evaluations of a job whose signs are only lasting ones and whose verdicts do
+    not change (investigations/services.py, URGENT_MAX_S), never a happening's."""
 
     jobs: dict[str, str] = field(default_factory=dict)
     nodes: dict[str, str] = field(default_factory=dict)
+    prompt_jobs: set[str] = field(default_factory=set)
+    prompt_nodes: set[str] = field(default_factory=set)
 
-    def add(self, job: str, node: str, reason: str) -> None:
+    def add(self, job: str, node: str, reason: str, *, lasting: bool = False) -> None:
         if job:
             self.jobs.setdefault(job, reason)
+            if not lasting:
+                self.prompt_jobs.add(job)
         elif node:
             self.nodes.setdefault(node, reason)
+            if not lasting:
+                self.prompt_nodes.add(node)
 
     def __bool__(self) -> bool:
         return bool(self.jobs or self.nodes)
@@ -263,7 +274,7 @@ class BatchScreen:
             mean = float(means[k])
             if name == signals.DCGM_FI_DEV_CLOCK_THROTTLE_REASONS:
                 if int(np.nan_to_num(lasts[k])) & _HW_THROTTLE:
-                    signs.add(info.job, info.node, "hardware throttling")
+                    signs.add(info.job, info.node, "hardware throttling", lasting=True)
                 continue
             if signals.is_cumulative(name):
                 if not _is_error_counter(name):
@@ -286,7 +297,7 @@ class BatchScreen:
                 limit = max(LEVEL_CHANGE * abs(slow), _floor(name))
                 changed = _episode(held[2], abs(fast - slow), limit, now)
                 if _fresh(changed, now):
-                    signs.add(info.job, info.node, f"{name} changed level")
+                    signs.add(info.job, info.node, f"{name} changed level", lasting=True)
             self._levels[info] = (fast, slow, changed)
             self._levels.move_to_end(info)
             if name in _PEER_SIGNALS and (info.gpu or info.pid):
@@ -309,7 +320,7 @@ class BatchScreen:
                 self._gaps[key] = (drift, began)
                 self._gaps.move_to_end(key)
                 if _fresh(began, now):
-                    signs.add(info.job, node, f"{name} drifting from its peers")
+                    signs.add(info.job, node, f"{name} drifting from its peers", lasting=True)
         for held_map in (self._gaps, self._levels):
             while len(held_map) > self._max_series:
                 held_map.popitem(last=False)

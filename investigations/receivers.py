@@ -31,6 +31,8 @@ def note_stored_batch(
     routine pass."""
     urgent_jobs: set[int] = set()
     urgent_nodes: set[int] = set()
+    prompt_jobs: set[int] = set()
+    prompt_nodes: set[int] = set()
     if batch is not None:
         signs = SCREEN.look(
             batch.series, batch.counts, batch.values, batch.logs, batch.events, batch.ts_ms
@@ -38,6 +40,14 @@ def note_stored_batch(
         jobs, nodes = job_ids or {}, node_ids or {}
         urgent_jobs = {jobs[j] for j in signs.jobs if j in jobs}
         urgent_nodes = {nodes[n] for n in signs.nodes if n in nodes}
+        prompt_jobs = {jobs[j] for j in signs.prompt_jobs if j in jobs}
+        prompt_nodes = {nodes[n] for n in signs.prompt_nodes if n in nodes}
     services.note_job_data(
-        operator_id, job_spans, node_spans, urgent_jobs=urgent_jobs, urgent_nodes=urgent_nodes
+        operator_id,
+        job_spans,
+        node_spans,
+        urgent_jobs=urgent_jobs,
+        urgent_nodes=urgent_nodes,
+        prompt_jobs=prompt_jobs,
+        prompt_nodes=prompt_nodes,
     )

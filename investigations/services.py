@@ -70,6 +70,16 @@ URGENT_COUNTDOWN_S = 1.0
 # the job routine again for 30 s even while its batches keep showing signs: a known problem
 # (an open incident) does not need re-evaluating every 2 s.
 SETTLED_S = 30.0
+# A job whose signs are only lasting conditions (a GPU throttling, a level changed, a GPU
+# drifting: engine/screen.py) and whose evaluations change nothing is evaluated less and less
+# often: 2, 4, then every 8 s at most, until an evaluation creates or revises an incident, a
+# happening (an event, an error line, a counter that moved) shows, or a minute passes without
+# an unchanged evaluation. A 25-node job shows some such condition on one of its nodes nearly
+# all the time (bench live fleet mode) and stayed on the 2 s cadence: ~4x the evaluations for
+# nothing. 8 s keeps a new fault's verdict within the 20 s target: its evidence takes 4-6 s
+# to gather anyway.
+URGENT_MAX_S = 8.0
+BACKOFF_TTL_S = 60.0
 # A job that stored data in the last 10 min is active (the fan-out evaluates it).
 ACTIVE_S = 600.0
 # GPU time is accounted up to 30 s behind the newest data: batches of a job's nodes arrive
@@ -109,6 +119,8 @@ def note_job_data(
     *,
     urgent_jobs: Iterable[int] = (),
     urgent_nodes: Iterable[int] = (),
+    prompt_jobs: Iterable[int] | None = None,
+    prompt_nodes: Iterable[int] | None = None,
 ) -> list[int]:
     """Ingest stored data for these jobs (job pk → (first ts, last ts) in the batch), and
     samples without a job on these nodes (node pk → span), which count for the running jobs
@@ -117,11 +129,15 @@ def note_job_data(
     Records the activity (in the caller's transaction, so it commits with the batch) and
     schedules an evaluation of each job: within URGENT_COUNTDOWN_S, at most once per URGENT_S,
     for `urgent_jobs` and the running jobs on `urgent_nodes` (their batch showed a sign) unless
-    settled; else at most once per ROUTINE_S. Returns the job pks it scheduled."""
+    settled; else at most once per ROUTINE_S. The urgent ones among `prompt_jobs` /
+    `prompt_nodes` (a happening, not only a lasting condition; None: all of them) are never
+    backed off (URGENT_MAX_S). Returns the job pks it scheduled."""
     now = now or datetime.now(UTC)
     spans = dict(spans)
     urgent = set(urgent_jobs)
     hot_nodes = set(urgent_nodes)
+    prompt = urgent if prompt_jobs is None else set(prompt_jobs)
+    prompt_on = hot_nodes if prompt_nodes is None else set(prompt_nodes)
     with tenant_context(operator_id):
         if node_spans:
             running = ingest_selectors.running_jobs_on_nodes(operator_id, node_spans)
@@ -141,6 +157,8 @@ def note_job_data(
                 spans[job_pk] = (min(a, lo), max(b, hi))
                 if node_pk in hot_nodes:
                     urgent.add(job_pk)
+                if node_pk in prompt_on:
+                    prompt.add(job_pk)
         if not spans:
             return []
         # In job pk order: concurrent batches of the same jobs lock their activity rows in one
@@ -152,6 +170,7 @@ def note_job_data(
         if (
             pk in urgent
             and cache.get(_settled_key(operator_id, pk)) is None
+            and (pk in prompt or _lasting_due(operator_id, pk))
             and cache.add(_debounce_key(operator_id, pk, "urgent"), 1, URGENT_S)
         ):
             scheduled.append((pk, URGENT_COUNTDOWN_S))
@@ -208,6 +227,31 @@ def _debounce_key(operator_id: int, job_pk: int, kind: str) -> str:
 
 def _settled_key(operator_id: int, job_pk: int) -> str:
     return _key("eval-settled", operator_id, job_pk)
+
+
+def _backoff_key(operator_id: int, job_pk: int) -> str:
+    return _key("eval-backoff", operator_id, job_pk)
+
+
+def _lasting_due(operator_id: int, job_pk: int) -> bool:
+    """Whether a job whose batch shows only lasting signs is due an urgent evaluation: once
+    per its backed-off interval (URGENT_S doubling to URGENT_MAX_S), kept apart from the
+    prompt signs' 2 s debounce so that a happening is never held back by a backoff."""
+    interval = int(cache.get(_backoff_key(operator_id, job_pk)) or URGENT_S)
+    return bool(cache.add(_debounce_key(operator_id, job_pk, "lasting"), 1, interval))
+
+
+def _note_outcome(operator_id: int, job_pk: int, verdicts: bool, changed: bool) -> None:
+    """After an evaluation: a change resets the job's urgent cadence, an unchanged outcome
+    doubles its interval for lasting signs (URGENT_MAX_S) and, with verdicts, settles it."""
+    if changed:
+        cache.delete(_backoff_key(operator_id, job_pk))
+        return
+    key = _backoff_key(operator_id, job_pk)
+    interval = float(cache.get(key) or URGENT_S)
+    cache.set(key, min(URGENT_MAX_S, 2.0 * interval), BACKOFF_TTL_S)  # whole seconds: TTLs
+    if verdicts:
+        cache.set(_settled_key(operator_id, job_pk), 1, SETTLED_S)
 
 
 def schedule_job_evaluation(
@@ -313,8 +357,7 @@ def evaluate_job(operator_id: int, job_pk: int) -> EvaluationResult:
                     Coalesce(F("usage_through_ts"), Value(usage_through)), Value(usage_through)
                 )
             rows.update(**marks)
-        if verdicts and not merge.created and not merge.revised:
-            cache.set(_settled_key(operator_id, job_pk), 1, SETTLED_S)
+        _note_outcome(operator_id, job_pk, bool(verdicts), bool(merge.created or merge.revised))
         return EvaluationResult("evaluated", verdicts, merge, (t0, t1))
 
 

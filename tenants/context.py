@@ -71,11 +71,16 @@ _SYSTEM = ("", "on")
 @contextmanager
 def _settings_block(using: str, wanted: tuple[str, str], operator: str | None) -> Iterator[None]:
     connection = connections[using]
+    in_force = getattr(connection, _IN_FORCE, None)
+    if in_force == wanted and wanted != _SYSTEM and connection.in_atomic_block:
+        # Nested in a block of the same tenant: join its transaction. No savepoint either: a
+        # SAVEPOINT and its RELEASE are two round trips, and selectors nest a dozen of these
+        # in one evaluation. Code that must undo part of a block on an error opens its own
+        # transaction.atomic() (the IntegrityError catches do).
+        yield
+        return
     with transaction.atomic(using=using):
         in_force = getattr(connection, _IN_FORCE, None)
-        if in_force == wanted and wanted != _SYSTEM:
-            yield
-            return
         previous_operator, previous_system = _swap_settings(using, operator, wanted[1])
         setattr(connection, _IN_FORCE, wanted)
         try:
@@ -88,7 +93,8 @@ def _settings_block(using: str, wanted: tuple[str, str], operator: str | None) -
 
 @contextmanager
 def tenant_context(operator_id: int, using: str = "default") -> Iterator[None]:
-    """Run the block as operator `operator_id` (inside a transaction or savepoint)."""
+    """Run the block as operator `operator_id` (inside a transaction or savepoint; nested in a
+    block of the same operator it joins that block's transaction)."""
     operator = str(int(operator_id))
     with _settings_block(using, (operator, ""), operator):
         yield

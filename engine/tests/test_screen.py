@@ -65,8 +65,10 @@ def test_error_counters_and_hardware_throttling_are_signs_traffic_is_not() -> No
     )
     moved = _look(screen, {crc: 9.0, xmit: 1e10, throttle: 0.0}, 107.0)
     assert "moved" in moved.jobs["job-1"]
+    assert moved.prompt_jobs == {"job-1"}  # a happening: never backed off
     hot = _look(screen, {crc: 9.0, xmit: 2e10, throttle: signals.THROTTLE_HW_THERMAL}, 108.0)
     assert hot.jobs["job-1"] == "hardware throttling"
+    assert hot.prompt_jobs == set()  # a lasting condition: the scheduler may back it off
 
 
 def test_a_gpu_drifting_from_its_peers_is_a_sign_jitter_is_not() -> None:
@@ -101,7 +103,9 @@ def test_log_lines_and_events() -> None:
     }
     assert _look(screen, {util: 90.0}, logs=[log("Traceback (most recent call last):")]).jobs
     event = {"name": "xid", "node": NODE, "job": ""}
-    assert _look(screen, {util: 90.0}, events=[event]).nodes == {NODE: "event xid"}
+    evented = _look(screen, {util: 90.0}, events=[event])
+    assert evented.nodes == {NODE: "event xid"}
+    assert evented.prompt_nodes == {NODE}
 
 
 def test_a_job_is_urgent_through_its_first_minute_only() -> None:
