@@ -187,6 +187,16 @@ def step_blocks(w: JobWindow) -> int:
     return int(min(60, round(s / w.dt)))
 
 
+def step_means(x: np.ndarray, times: np.ndarray, blk: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per-step means of (ranks, n) samples over blocks of `blk` samples (`step_blocks`), and
+    each block's first time. Blocks end at the last sample, so the newest steps are judged
+    whole; the oldest samples short of a block are left out."""
+    nb = x.shape[1] // blk
+    off = x.shape[1] - nb * blk
+    means: np.ndarray = x[:, off:].reshape(x.shape[0], nb, blk).mean(axis=2)
+    return means, times[off::blk][:nb]
+
+
 # --- Materiality (docs/detectors.md "Materiality") -------------------------------------------
 # A slowdown verdict must cost the job at least 5% of its speed. Healthy jobs vary by a few
 # percent: step-to-step compute jitter of 1.5–4% per rank (docs: published and measured

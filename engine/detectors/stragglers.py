@@ -31,6 +31,7 @@ from engine.detectors.common import (
     new_finding,
     shift_start,
     step_blocks,
+    step_means,
     step_seconds,
 )
 from engine.findings import INFRASTRUCTURE, JOB, Finding
@@ -401,9 +402,7 @@ def imbalance_stats(w: JobWindow, st: StragglerStats | None = None) -> Imbalance
     nb = busy.shape[1] // blk
     if nb < 3:
         return None
-    off = busy.shape[1] - nb * blk
-    xb = busy[:, off:].reshape(w.world, nb, blk).mean(axis=2)
-    tb = times[off::blk]
+    xb, tb = step_means(busy, times, blk)
     disp_b = relative_dispersion(xb)
     # The imbalance may begin mid-window (a data-mix change): judge the raised segment.
     long_len = max(3, MIN_SAMPLES // blk)
