@@ -4,7 +4,13 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path, re_path
 
-from frontend.views import fleet, health, home, incidents, jobs, price, settings_pages
+from frontend.views import fleet, health, home, incidents, jobs, price
+from frontend.views.settings import agents as settings_agents
+from frontend.views.settings import api_tokens as settings_api_tokens
+from frontend.views.settings import customers as settings_customers
+from frontend.views.settings import index as settings_index
+from frontend.views.settings import prices as settings_prices
+from frontend.views.settings import users as settings_users
 
 urlpatterns = [
     path("", home.home, name="home"),
@@ -17,7 +23,55 @@ urlpatterns = [
     re_path(r"^jobs/(?P<job_id>.+)/$", jobs.job_detail, name="job"),
     path("incidents/", incidents.incident_list, name="incidents"),
     path("incidents/<uuid:public_id>/", incidents.incident_detail, name="incident"),
-    path("settings/", settings_pages.settings_index, name="settings"),
+    path("settings/", settings_index.settings_index, name="settings"),
+    path("settings/customers/", settings_customers.customers, name="settings-customers"),
+    path("settings/rules/", settings_customers.rules, name="settings-rules"),
+    path("settings/rules/<int:rule_id>/", settings_customers.rule_edit, name="settings-rule"),
+    path(
+        "settings/rules/<int:rule_id>/delete/",
+        settings_customers.rule_delete,
+        name="settings-rule-delete",
+    ),
+    path("settings/agents/", settings_agents.agents, name="settings-agents"),
+    path(
+        "settings/agents/tokens/<int:token_id>/revoke/",
+        settings_agents.agent_token_revoke,
+        name="settings-agent-token-revoke",
+    ),
+    path("settings/api-tokens/", settings_api_tokens.api_tokens, name="settings-api-tokens"),
+    path(
+        "settings/api-tokens/<int:token_id>/revoke/",
+        settings_api_tokens.api_token_revoke,
+        name="settings-api-token-revoke",
+    ),
+    path("settings/prices/", settings_prices.prices, name="settings-prices"),
+    path("settings/prices/<int:price_id>/", settings_prices.price_edit, name="settings-price"),
+    path(
+        "settings/prices/<int:price_id>/delete/",
+        settings_prices.price_delete,
+        name="settings-price-delete",
+    ),
+    path("settings/users/", settings_users.users, name="settings-users"),
+    path("settings/users/<int:member_id>/", settings_users.user_edit, name="settings-user"),
+    path(
+        "settings/users/<int:member_id>/active/",
+        settings_users.user_active,
+        name="settings-user-active",
+    ),
+    path(
+        "settings/users/<int:member_id>/link/",
+        settings_users.user_link,
+        name="settings-user-link",
+    ),
+    # The one-time set-password link an admin gives an invited member (settings/users/).
+    path(
+        "password/set/<uidb64>/<token>/",
+        settings_users.PasswordSetView.as_view(),
+        name="password_set",
+    ),
+    path(
+        "password/set/done/", settings_users.PasswordSetDoneView.as_view(), name="password_set_done"
+    ),
     path(
         "login/",
         auth_views.LoginView.as_view(

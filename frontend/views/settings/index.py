@@ -1,16 +1,14 @@
-"""Placeholder until this area is built."""
+"""/settings/: the list of settings pages this admin has."""
 
 from __future__ import annotations
 
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
 
 from frontend.access import console_view
+from frontend.views.settings.common import render_settings
 from tenants.access import Principal
 
 
-@console_view(operator_only=False)
+@console_view(admin_only=True)
 def settings_index(request: HttpRequest, principal: Principal) -> HttpResponse:
-    return render(
-        request, "proof/console/placeholder.html", {"page_title": "Settings", "section": "settings"}
-    )
+    return render_settings(request, principal, "index.html", {}, page="index")

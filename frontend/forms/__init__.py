@@ -1,0 +1,1 @@
+"""Console forms, one module per page area."""
