@@ -240,6 +240,31 @@ def _place(out: np.ndarray, row: int, s: SeriesData, t0: float, dt: float, add: 
         out[row, idx[ok]] = s.values[ok]
 
 
+def _place_many(
+    out: np.ndarray, rows: list[int], parts: list[SeriesData], t0: float, dt: float, add: bool
+) -> None:
+    """`_place` for many rows of one matrix at once: one concatenation and one scatter instead
+    of a few numpy calls per series (a 64-GPU job's window has ~2,000 series; placing them one
+    by one was a quarter of its evaluation). Where two samples land in one cell the later
+    series' wins, as placing them one after the other did."""
+    kept = [(r, s) for r, s in zip(rows, parts, strict=True) if len(s.ts)]
+    if not kept:
+        return
+    ts = np.concatenate([s.ts for _, s in kept])
+    values = np.concatenate([s.values for _, s in kept])
+    row = np.repeat(np.array([r for r, _ in kept], dtype=np.int64), [len(s.ts) for _, s in kept])
+    idx = np.rint((ts - t0) / dt).astype(np.int64)
+    ok = (idx >= 0) & (idx < out.shape[1])
+    row, idx, values = row[ok], idx[ok], values[ok]
+    if add:
+        flat = out.reshape(-1)  # a view: the matrices are built contiguous here
+        cells = row * out.shape[1] + idx
+        flat[cells] = np.where(np.isnan(flat[cells]), 0.0, flat[cells])  # NaN -> 0, then add
+        np.add.at(flat, cells, values)
+    else:
+        out[row, idx] = values
+
+
 def _bar_refreshes(rows: list[LogRow]) -> list[LogRow]:
     """Rows with Lightning's tqdm bar split into its refreshes. Outside a terminal the bar
     redraws with `\r` and never ends its line, so one log line holds a whole fit, a
@@ -476,6 +501,8 @@ def build_job_window(
     gpu_raw: dict[str, dict[str, SeriesData]] = {}
     inference: list[SeriesData] = []
     gpu_parts: dict[tuple[str, str], list[SeriesData]] = {}
+    # Process-scope series to place, per signal: (rows, series), placed together below.
+    proc_parts: dict[str, tuple[list[int], list[SeriesData]]] = {}
     for s in series:
         i = s.info
         if i.name.startswith(signals.INFERENCE_PREFIXES):
@@ -490,11 +517,9 @@ def build_job_window(
         if i.pid is not None:
             row = row_of_pid.get((i.node, i.pid))
             if row is not None:
-                arr = proc.get(i.name)
-                if arr is None:
-                    arr = proc[i.name] = np.full((n_r, n_t), np.nan)
-                # nccl.* come per op: summed over ops.
-                _place(arr, row, s, t0, dt, add=i.name.startswith(signals.NCCL_PREFIX))
+                rows_of, parts_of = proc_parts.setdefault(i.name, ([], []))
+                rows_of.append(row)
+                parts_of.append(s)
             elif i.name == signals.HOST_CPU_UTIL and i.rank is not None:
                 row = row_of_rank.get(i.rank)
                 if row is not None:
@@ -503,14 +528,21 @@ def build_job_window(
                     tmp = np.full((1, n_t), np.nan)
                     _place(tmp, 0, s, t0, dt, add=False)
                     worker[row] = np.fmax(worker[row], tmp[0])
+    for name, (rows_of, parts_of) in proc_parts.items():
+        proc[name] = np.full((n_r, n_t), np.nan)
+        # nccl.* come per op: summed over ops.
+        _place_many(proc[name], rows_of, parts_of, t0, dt, add=name.startswith(signals.NCCL_PREFIX))
+    gpu_merged: dict[str, tuple[list[int], list[SeriesData]]] = {}
     for (g, name), parts in gpu_parts.items():
         merged = merge_series(parts)
-        arr = gpu.get(name)
-        if arr is None:
-            arr = gpu[name] = np.full((n_r, n_t), np.nan)
-        _place(arr, row_of_gpu[g], merged, t0, dt, add=False)
+        rows_of, parts_of = gpu_merged.setdefault(name, ([], []))
+        rows_of.append(row_of_gpu[g])
+        parts_of.append(merged)
         if signals.is_cumulative(name):
             gpu_raw.setdefault(g, {})[name] = merged
+    for name, (rows_of, parts_of) in gpu_merged.items():
+        gpu[name] = np.full((n_r, n_t), np.nan)
+        _place_many(gpu[name], rows_of, parts_of, t0, dt, add=False)
     nodes = sorted({r.node for r in ranks if r.node} | set(meta.nodes))
     node_series: dict[str, list[SeriesData]] = {}
     events: list[EventRow] = []
