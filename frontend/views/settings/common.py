@@ -3,6 +3,7 @@ refusals shown as field errors, and secrets shown exactly once after a redirect.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from functools import wraps
 from typing import Any, Concatenate, ParamSpec
@@ -77,10 +78,13 @@ def answers_bad_parameters(
 
 def add_service_error(form: forms.Form, exc: Exception, field_words: dict[str, str]) -> None:
     """Put a service's refusal on the field its message is about (the first of `field_words`,
-    field -> a word the message would contain), else on the form as a whole."""
+    field -> a word the message would contain), else on the form as a whole. The services
+    quote the values they refuse ('…'), so the words are looked for outside the quotes: a
+    posted value never decides which field the error lands on."""
     message = str(exc)
+    unquoted = re.sub(r"'[^']*'", "", message)
     for field, word in field_words.items():
-        if word in message and field in form.fields:
+        if word in unquoted and field in form.fields:
             form.add_error(field, message)
             return
     form.add_error(None, message)

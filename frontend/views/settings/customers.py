@@ -26,7 +26,9 @@ from tenants.services import (
     do_update_mapping_rule,
 )
 
-RULE_ERROR_FIELDS = {"customer": "customer", "priority": "priority", "value": "value"}
+# The services' messages: "a rule matching …"/"the rule's value …", "customer … does not exist",
+# "priority … must be an integer".
+RULE_ERROR_FIELDS = {"value": "rule", "customer": "customer", "priority": "priority"}
 
 
 @require_http_methods(["GET", "POST"])

@@ -33,6 +33,8 @@ from tenants.services import (
     do_set_member_active,
 )
 
+# The services' messages: "the username …", "username … is not valid", "a user named …",
+# "email address … is not valid", "customer … does not exist", "role … must be one of …".
 MEMBER_ERROR_FIELDS = {
     "username": "user",
     "email": "email",
