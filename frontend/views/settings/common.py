@@ -14,6 +14,7 @@ from django.shortcuts import render
 
 from frontend.selectors.settings import BadParameter
 from tenants.access import Principal
+from tenants.services import NotAllowed
 
 P = ParamSpec("P")
 
@@ -77,11 +78,14 @@ def answers_bad_parameters(
 
 
 def add_service_error(form: forms.Form, exc: Exception, field_words: dict[str, str]) -> None:
-    """Put a service's refusal on the field its message is about (the first of `field_words`,
+    """Put a service's error on the field its message is about (the first of `field_words`,
     field -> a word the message would contain), else on the form as a whole. The services
     quote the values they refuse ('…'), so the words are looked for outside the quotes: a
     posted value never decides which field the error lands on."""
     message = str(exc)
+    if isinstance(exc, NotAllowed):  # a refusal of who is asking, not of a value posted
+        form.add_error(None, message)
+        return
     unquoted = re.sub(r"'[^']*'", "", message)
     for field, word in field_words.items():
         if word in unquoted and field in form.fields:
