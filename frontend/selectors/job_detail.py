@@ -1,0 +1,629 @@
+"""Reads of the job page (`/jobs/<job_id>/`): per-rank lanes, the training curves, the key GPU
+signals per rank, the log with what the parser read, the job's verdicts and its real price.
+
+Nothing here re-derives what the engine computes: the recent data is put in the engine's own
+`JobWindow` (engine.window.build_job_window over a read-only store of ingest's selectors), the
+lanes are the straggler detectors' per-step shares (engine.detectors.common: `busy_matrix`,
+`active_mask`, `step_blocks`, `step_means`), the training curves are `engine.window.parse_logs`
+over the job's stored lines, and each shown line is read by the same `LogParser` the detectors'
+log reading uses.
+
+The page reads a bounded amount whatever the job's age or size: the last RECENT_S of samples
+(one block read), the last LOG_READ log lines (one query), and for a job longer than that the
+hourly rollups of its GPU signals over the last ROLLUP_S (one query).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from dataclasses import fields as dc_fields
+from typing import Any
+
+import numpy as np
+from django.db.models import Case, IntegerField, Value, When
+
+from contract import signals
+from contract.parsers import training as tp
+from contract.rows import EventRow, JobMeta, LogRow, ProcessInfo, SeriesData
+from engine.detectors.common import (
+    active_mask,
+    busy_matrix,
+    step_blocks,
+    step_means,
+    step_seconds,
+)
+from engine.window import (
+    SOURCE_DESCRIPTIONS,
+    SRC_DCGM_PROFILING,
+    SRC_EBPF,
+    SRC_GPU_COUNTERS,
+    SRC_NVML,
+    SRC_TRAINING_LOG,
+    JobWindow,
+    StepTable,
+    build_job_window,
+    parse_logs,
+)
+from ingest import selectors as ingest_selectors
+from ingest.models import Gpu, Job, JobRank, LogLine, SeriesRollup
+from investigations.models import Incident, IncidentState, JobActivity
+from investigations.pricing import RealPrice
+from investigations.selectors import real_price_for
+from tenants.access import Principal
+
+# The lanes and the per-rank GPU charts cover the job's last 10 min of data: 60 steps of a
+# job stepping every ≤ 10 s, and one block read bounded by time, not by the job's age.
+RECENT_S = 600.0
+# Lanes show the newest 60 steps (a row of 60 bars per rank stays legible).
+LANE_STEPS = 60
+# Log lines read for the training curves (Megatron prints one every 10 steps: 20,000 steps)…
+LOG_READ = 2000
+# …of which the newest 200 are shown, read with 50 more lines of context before them (a
+# traceback's first line may come earlier).
+LOG_SHOWN = 200
+LOG_CONTEXT = 50
+# One chart line has at most 600 points (a chart is ~600-1200 px wide)…
+MAX_POINTS = 600
+# …and a per-rank chart at most 12,000 in all, so a 64-rank job's page stays a few hundred kB.
+RANK_CHART_POINTS = 12_000
+# Longer jobs also get their GPU signals over the last 48 h from the hourly rollups.
+ROLLUP_S = 48 * 3600.0
+
+
+@dataclass(frozen=True)
+class GpuChartSignal:
+    key: str
+    name: str
+    title: str
+    unit: str
+    scale: float = 1.0  # ratios are shown in %
+    process: bool = False  # a process-scope signal (JobWindow.proc), else GPU scope
+
+
+GPU_SIGNALS: tuple[GpuChartSignal, ...] = (
+    GpuChartSignal(
+        "tensor", signals.DCGM_FI_PROF_PIPE_TENSOR_ACTIVE, "Tensor pipes active", "%", 100.0
+    ),
+    GpuChartSignal("sm", signals.DCGM_FI_PROF_SM_ACTIVE, "SM activity", "%", 100.0),
+    GpuChartSignal("power", signals.DCGM_FI_DEV_POWER_USAGE, "Power", " W"),
+    GpuChartSignal("clock", signals.DCGM_FI_DEV_SM_CLOCK, "SM clock", " MHz"),
+    GpuChartSignal("sync", signals.CUDA_SYNC_MS, "Synchronize time (waiting)", " ms", process=True),
+)
+
+# Sources of the job's own series, which the page's window reads (node series it does not).
+_OWN_SOURCES = frozenset({SRC_DCGM_PROFILING, SRC_NVML, SRC_GPU_COUNTERS, SRC_EBPF})
+
+_SOURCE_LABELS = {
+    signals.CUDA_SYNC_MS: "eBPF synchronize time (waiting measured directly)",
+    signals.DCGM_FI_PROF_PIPE_TENSOR_ACTIVE: "tensor-pipe activity (no eBPF: waiting inferred)",
+    signals.DCGM_FI_PROF_SM_ACTIVE: "SM activity (no eBPF: waiting inferred)",
+}
+
+
+# --- the read-only store the engine's window builder reads through ------------------------------
+
+
+class JobPageStore:
+    """The `SignalStore` (engine/store.py) of one job page: the job's own series, processes and
+    already-read log lines. Node series and events are not shown on this page and read as
+    none (no query); another job's data (a rerun) is not read either."""
+
+    def __init__(
+        self,
+        operator_id: int,
+        job_id: str,
+        span: tuple[float, float],
+        logs: list[LogRow],
+        gpus: dict[str, tuple[str, int | None]],
+    ) -> None:
+        self.operator_id = operator_id
+        self.job_id = job_id
+        self.span = span
+        self.logs = logs
+        self._gpus = gpus
+        self._metas: dict[str, JobMeta] | None = None
+
+    def jobs(self) -> dict[str, JobMeta]:
+        if self._metas is None:
+            metas = ingest_selectors.job_metas(self.operator_id, {self.job_id: self.span})
+            self._metas = {k: v for k, v in metas.items() if k == self.job_id}
+        return self._metas
+
+    def processes(self, job: str) -> list[ProcessInfo]:
+        if job != self.job_id:
+            return []
+        return ingest_selectors.job_processes(self.operator_id, job, self.span[0], gpus=self._gpus)
+
+    def job_series(self, job: str, t0: float, t1: float) -> list[SeriesData]:
+        if job != self.job_id:
+            return []
+        return ingest_selectors.job_series(self.operator_id, job, t0, t1)
+
+    def node_series(
+        self, node: str, t0: float, t1: float, names: Iterable[str] | None = None
+    ) -> list[SeriesData]:
+        return []
+
+    def gpu_series(self, gpu: str, t0: float, t1: float) -> list[SeriesData]:
+        return []
+
+    def events(self, *, node: str, t0: float, t1: float) -> list[EventRow]:
+        return []
+
+    def job_logs(self, job: str, t0: float, t1: float) -> list[LogRow]:
+        if job != self.job_id:
+            return []
+        return [r for r in self.logs if t0 <= r.ts <= t1]
+
+    def gpus(self) -> list[tuple[str, str, int | None]]:
+        return [(uuid, node, index) for uuid, (node, index) in sorted(self._gpus.items())]
+
+    def time_range(self) -> tuple[float, float]:
+        return self.span
+
+
+# --- lanes -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LaneRow:
+    rank: int
+    node: str
+    gpu: str
+    compute: list[float]  # per step: share of the step computing (the rest: waiting)
+    slowest: list[bool]  # per step: this rank was the slowest (the others waited for it)
+
+    @property
+    def mean_compute(self) -> float:
+        return float(np.mean(self.compute)) if self.compute else 0.0
+
+    @property
+    def slowest_steps(self) -> int:
+        return sum(self.slowest)
+
+    def _bars(self, which: bool) -> str:
+        parts = []
+        for i, (c, s) in enumerate(zip(self.compute, self.slowest, strict=True)):
+            if s is which:
+                h = round(max(0.0, min(1.0, c)) * 100, 1)
+                parts.append(f"M{i} 100v-{h}h0.86v{h}z")
+        return "".join(parts)
+
+    @property
+    def compute_path(self) -> str:
+        """SVG path (viewBox 0 0 steps 100) of the compute bars of the steps it was not slowest."""
+        return self._bars(False)
+
+    @property
+    def slowest_path(self) -> str:
+        """…and of the steps it was the slowest, drawn in the marking colour."""
+        return self._bars(True)
+
+    @property
+    def compute_csv(self) -> str:
+        return ",".join(f"{c:.3f}" for c in self.compute)
+
+
+@dataclass(frozen=True)
+class Lanes:
+    rows: list[LaneRow]
+    step_start: list[float]  # each step's first sample time
+    samples_per_step: int
+    sample_s: float  # the window's sampling interval
+    step_s: float | None  # the log's step time, where it gives one
+    source: str  # the signal the shares come from
+
+    @property
+    def steps(self) -> int:
+        return len(self.step_start)
+
+    @property
+    def bar_s(self) -> float:
+        """Seconds of data behind one bar: a step's samples, or one sample when the job steps
+        faster than it is sampled (the detectors then compare ranks sample by sample too)."""
+        return self.samples_per_step * self.sample_s
+
+    @property
+    def source_label(self) -> str:
+        return _SOURCE_LABELS.get(self.source, self.source)
+
+    @property
+    def slowest_rank(self) -> list[int | None]:
+        """Per step, the slowest rank (None when every rank read the same)."""
+        out: list[int | None] = [None] * self.steps
+        for row in self.rows:
+            for i, s in enumerate(row.slowest):
+                if s:
+                    out[i] = row.rank
+        return out
+
+    @property
+    def most_often_slowest(self) -> LaneRow | None:
+        best = max(self.rows, key=lambda r: r.slowest_steps, default=None)
+        return best if best is not None and best.slowest_steps else None
+
+
+def lanes_of(w: JobWindow, steps: int = LANE_STEPS) -> Lanes | None:
+    """The last `steps` steps of each rank: the share of each step it computed, and which rank
+    was the slowest — the straggler detectors' own per-step shares (`imbalance_stats`): the
+    non-waiting share per sample (`busy_matrix`), the samples where the job was stepping
+    (`active_mask`), averaged over one step's samples (`step_blocks`, `step_means`). The
+    slowest rank of a step is the one that waited least (the others waited for it)."""
+    if w.world < 1:
+        return None
+    got = busy_matrix(w)
+    if got is None:
+        return None
+    busy, source = got
+    mask = active_mask(busy)
+    if not mask.any():
+        return None
+    blk = step_blocks(w)
+    x, tb = step_means(np.nan_to_num(busy[:, mask], nan=0.0), w.times[mask], blk)
+    if not x.shape[1]:
+        return None
+    x, tb = x[:, -steps:], tb[-steps:]
+    spread = x.max(axis=0) - x.min(axis=0) > 1e-9  # ties say nothing about who is slowest
+    top = np.argmax(x, axis=0)
+    rows = []
+    for row, rank in enumerate(w.ranks):
+        rows.append(
+            LaneRow(
+                rank=rank.rank,
+                node=rank.node,
+                gpu=rank.gpu,
+                compute=[float(v) for v in np.clip(x[row], 0.0, 1.0)],
+                slowest=[bool(spread[i] and top[i] == row) for i in range(x.shape[1])],
+            )
+        )
+    step_s = step_seconds(w)
+    return Lanes(
+        rows=rows,
+        step_start=[float(t) for t in tb],
+        samples_per_step=blk,
+        sample_s=float(w.dt),
+        step_s=step_s if math.isfinite(step_s) else None,
+        source=source,
+    )
+
+
+# --- charts ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Chart:
+    id: str
+    title: str
+    spec: dict[str, Any]
+    note: str = ""
+
+    @property
+    def series_labels(self) -> list[str]:
+        return [str(s["label"]) for s in self.spec["series"]]
+
+
+def _num(v: float) -> float | None:
+    """A chart value: 4 significant digits (the chart's resolution), None where unsampled."""
+    if not math.isfinite(v):
+        return None
+    return float(f"{v:.4g}")
+
+
+def downsample(
+    times: np.ndarray, values: np.ndarray, max_points: int = MAX_POINTS
+) -> tuple[np.ndarray, np.ndarray]:
+    """(lines, T) values on `times` as at most `max_points` bucket means per line (NaN where a
+    bucket holds no sample), each bucket at its first time."""
+    values = np.atleast_2d(values)
+    n = len(times)
+    k = max(1, math.ceil(n / max(1, max_points)))
+    if k == 1:
+        return times, values
+    nb = math.ceil(n / k)
+    padded = np.full((values.shape[0], nb * k), np.nan)
+    padded[:, :n] = values
+    blocks = padded.reshape(values.shape[0], nb, k)
+    seen = np.isfinite(blocks)
+    counts = seen.sum(axis=2)
+    sums = np.where(seen, blocks, 0.0).sum(axis=2)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        means = np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
+    return times[::k], means
+
+
+def _spec(
+    x: np.ndarray, lines: Sequence[tuple[str, np.ndarray, str]], y_label: str
+) -> dict[str, Any]:
+    return {
+        "x": [round(float(t), 3) for t in x],
+        "series": [
+            {"label": label, "values": [_num(float(v)) for v in values], "unit": unit}
+            for label, values, unit in lines
+        ],
+        "interval": None,
+        "baseline": None,
+        "y_label": y_label,
+    }
+
+
+def _step_time_s(st: StepTable) -> np.ndarray:
+    """Seconds per step at each progress line: the printed iteration time, else the time since
+    the previous logged step over the steps between them."""
+    out = np.where(np.isfinite(st.iter_ms), st.iter_ms / 1000.0, np.nan)
+    if len(st) >= 2:
+        ds = np.diff(st.step)
+        dt = np.diff(st.ts)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            derived = np.where(ds > 0, dt / ds, np.nan)
+        gaps = ~np.isfinite(out[1:])
+        out[1:][gaps] = derived[gaps]
+    return out
+
+
+def training_charts(steps: StepTable) -> list[Chart]:
+    """Loss, grad norm, learning rate and step time from the parsed progress lines."""
+    charts = []
+    with_loss = steps.with_loss()
+    candidates = (
+        ("job-loss", "Loss", with_loss.ts, with_loss.loss, "loss", ""),
+        ("job-grad-norm", "Grad norm", steps.ts, steps.grad_norm, "grad norm", ""),
+        ("job-lr", "Learning rate", steps.ts, steps.lr, "learning rate", ""),
+        ("job-step-time", "Step time", steps.ts, _step_time_s(steps), "step time", " s"),
+    )
+    for chart_id, title, ts, values, label, unit in candidates:
+        if not len(ts) or not np.isfinite(values).any():
+            continue
+        x, v = downsample(np.asarray(ts), np.asarray(values))
+        charts.append(Chart(chart_id, title, _spec(x, [(label, v[0], unit)], title)))
+    return charts
+
+
+def _rank_points(world: int) -> int:
+    return max(60, min(MAX_POINTS, RANK_CHART_POINTS // max(1, world)))
+
+
+def gpu_charts(w: JobWindow) -> list[Chart]:
+    """The key GPU signals of each rank over the recent window, one line per rank."""
+    charts = []
+    labels = [f"rank {r.rank}" for r in w.ranks]
+    for sig in GPU_SIGNALS:
+        arr = (w.proc if sig.process else w.gpu).get(sig.name)
+        if arr is None or not np.isfinite(arr).any():
+            continue
+        x, v = downsample(w.times, arr * sig.scale, _rank_points(w.world))
+        lines = [(label, v[row], sig.unit) for row, label in enumerate(labels)]
+        charts.append(Chart(f"job-gpu-{sig.key}", sig.title, _spec(x, lines, sig.title)))
+    return charts
+
+
+def rollup_charts(
+    operator_id: int, job: Job, ranks: dict[str, int], t0: float, t1: float
+) -> list[Chart]:
+    """The GPU signals of each rank over [t0, t1] from the hourly rollups (mean per hour), in
+    one query: series of the job, or of its GPUs without a job key, with the charted names."""
+    names = {s.name: s for s in GPU_SIGNALS}
+    lo = int(t0 * 1000) - int(t0 * 1000) % 3_600_000
+    rows = (
+        SeriesRollup.objects.for_tenant(operator_id)
+        .filter(series__job=job, series__name__in=list(names))
+        .filter(bucket_start_ms__gte=lo, bucket_start_ms__lte=int(t1 * 1000))
+        .values_list(
+            "series__name", "series__gpu", "series__rank", "bucket_start_ms", "count", "sum"
+        )
+    )
+    acc: dict[str, dict[int, dict[int, tuple[float, int]]]] = {}
+    buckets: set[int] = set()
+    for name, gpu, rank, bucket, count, total in rows:
+        r = rank if rank is not None else ranks.get(gpu)
+        if r is None or not count:
+            continue
+        per = acc.setdefault(name, {}).setdefault(int(r), {})
+        s, c = per.get(int(bucket), (0.0, 0))
+        per[int(bucket)] = (s + float(total), c + int(count))
+        buckets.add(int(bucket))
+    if len(buckets) < 2:
+        return []
+    xs = sorted(buckets)
+    col = {b: i for i, b in enumerate(xs)}
+    charts = []
+    for sig in GPU_SIGNALS:
+        per_rank = acc.get(sig.name)
+        if not per_rank:
+            continue
+        lines = []
+        for rank in sorted(per_rank):
+            values = np.full(len(xs), np.nan)
+            for bucket, (s, c) in per_rank[rank].items():
+                values[col[bucket]] = s / c * sig.scale
+            lines.append((f"rank {rank}", values, sig.unit))
+        x = np.array(xs, dtype=np.float64) / 1000.0
+        x_ds, v = downsample(x, np.array([line[1] for line in lines]), _rank_points(len(lines)))
+        spec = _spec(x_ds, [(lab, v[i], unit) for i, (lab, _, unit) in enumerate(lines)], sig.title)
+        charts.append(
+            Chart(f"job-hourly-{sig.key}", f"{sig.title} (hourly means)", spec, "hourly rollups")
+        )
+    return charts
+
+
+# --- the log -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ShownLine:
+    ts: float
+    node: str
+    rank: int | None
+    stream: str
+    line: str
+    kind: str | None = None  # what the parser recognised (progress, checkpoint_begin, …)
+    read: list[tuple[str, str]] = field(default_factory=list)  # the fields it read
+
+    @property
+    def parsed(self) -> bool:
+        return self.kind is not None
+
+
+_NOT_SHOWN = {"kind", "framework"}
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return str(value)
+        return f"{value:.4g}"
+    return str(value)
+
+
+def shown_log(
+    rows: list[LogRow], shown: int = LOG_SHOWN, context: int = LOG_CONTEXT
+) -> list[ShownLine]:
+    """The newest `shown` lines, each with what `LogParser` (the detectors' parser) read of it,
+    fed per stream (node, pid) as the window's log reading does."""
+    parsers: dict[tuple[str, int | None], tp.LogParser] = {}
+    start = max(0, len(rows) - shown)
+    out = []
+    for k, row in enumerate(rows[max(0, start - context) :], start=max(0, start - context)):
+        p = parsers.setdefault((row.node, row.pid), tp.LogParser()).feed(row.line)
+        if k < start:
+            continue
+        if p is None:
+            out.append(ShownLine(row.ts, row.node, row.rank, row.stream, row.line))
+            continue
+        read = [
+            (f.name.replace("_", " "), _fmt(getattr(p, f.name)))
+            for f in dc_fields(p)
+            if f.name not in _NOT_SHOWN and getattr(p, f.name) is not None
+        ]
+        out.append(ShownLine(row.ts, row.node, row.rank, row.stream, row.line, p.kind, read))
+    return out
+
+
+def last_log_rows(operator_id: int, job: Job, limit: int = LOG_READ) -> list[LogRow]:
+    """The job's newest `limit` log lines, oldest first (one query on the (job, ts) index)."""
+    rows = (
+        LogLine.objects.for_tenant(operator_id)
+        .filter(job=job)
+        .order_by("-ts_us", "-id")
+        .values_list("ts_us", "node__hostname", "pid", "rank", "step", "stream", "line")[:limit]
+    )
+    out = [
+        LogRow(ts / 1e6, node or "", pid, rank, stream, line, step)
+        for ts, node, pid, rank, step, stream, line in rows
+    ]
+    out.reverse()
+    return out
+
+
+# --- the page ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RankView:
+    rank: int
+    node: str
+    gpu: str
+    gpu_index: int | None
+    gpu_model: str
+
+
+@dataclass(frozen=True)
+class JobPage:
+    job: Job
+    span: tuple[float, float] | None  # first and last data time
+    window: tuple[float, float] | None  # what the lanes and GPU charts cover
+    ranks: list[RankView]
+    lanes: Lanes | None
+    training: list[Chart]
+    gpu: list[Chart]
+    hourly: list[Chart]
+    log: list[ShownLine]
+    log_total_read: int
+    incidents: Sequence[Incident]
+    price: RealPrice
+    could_not_see: list[str]
+
+    @property
+    def charts(self) -> list[Chart]:
+        return [*self.training, *self.gpu, *self.hourly]
+
+    @property
+    def duration_s(self) -> float | None:
+        return None if self.span is None else self.span[1] - self.span[0]
+
+
+def _job_gpus(operator_id: int, job: Job) -> dict[str, tuple[str, int | None, str]]:
+    """The job's GPUs as registered (uuid → node, index, model), in one query. Read by
+    operator: the caller has already checked the principal may see the job."""
+    rows = (
+        Gpu.objects.for_tenant(operator_id)
+        .filter(uuid__in=JobRank.objects.for_tenant(operator_id).filter(job=job).values("gpu"))
+        .values_list("uuid", "node__hostname", "index", "model")
+    )
+    return {uuid: (node or "", index, model or "") for uuid, node, index, model in rows}
+
+
+def job_page(principal: Principal, job_id: str) -> JobPage:
+    """Everything the job page shows; Http404 for a job the principal may not see."""
+    job = ingest_selectors.job_for(principal, job_id)
+    op = principal.operator_id
+    span = (
+        JobActivity.objects.for_tenant(op)
+        .filter(job=job)
+        .values_list("first_data_ts", "last_data_ts")
+        .first()
+    )
+    gpus = _job_gpus(op, job)
+    logs = last_log_rows(op, job)
+    window: JobWindow | None = None
+    if span is not None:
+        t1 = span[1]
+        t0 = max(span[0], t1 - RECENT_S)
+        store = JobPageStore(
+            op, job.job_id, span, logs, {u: (n, i) for u, (n, i, _m) in gpus.items()}
+        )
+        window = build_job_window(store, job.job_id, t0, t1)
+    incidents = list(
+        Incident.objects.for_tenant(principal)
+        .filter(job=job)
+        .annotate(
+            open_first=Case(
+                When(state=IncidentState.OPEN, then=Value(0)),
+                default=Value(1),
+                output_field=IntegerField(),
+            )
+        )
+        .order_by("open_first", "-last_seen", "-id")
+    )
+    ranks = []
+    hourly: list[Chart] = []
+    if window is not None:
+        ranks = [
+            RankView(r.rank, r.node, r.gpu, r.gpu_index, gpus.get(r.gpu, ("", None, ""))[2])
+            for r in window.ranks
+        ]
+        if span is not None and span[1] - span[0] > RECENT_S:
+            rank_of_gpu = {r.gpu: r.rank for r in window.ranks}
+            hourly = rollup_charts(op, job, rank_of_gpu, max(span[0], span[1] - ROLLUP_S), span[1])
+    steps, checkpoints, _events = parse_logs(logs)
+    # The page's window reads the job's own series only (no node series, no events), so of
+    # what it could not see only the job's own sources are said.
+    missing = sorted(window.missing_sources & _OWN_SOURCES) if window is not None else []
+    if not len(steps) and not checkpoints:
+        missing.append(SRC_TRAINING_LOG)
+    return JobPage(
+        job=job,
+        span=span,
+        window=(window.t0, window.t1) if window is not None else None,
+        ranks=ranks,
+        lanes=lanes_of(window) if window is not None else None,
+        training=training_charts(steps),
+        gpu=gpu_charts(window) if window is not None else [],
+        hourly=hourly,
+        log=shown_log(logs),
+        log_total_read=len(logs),
+        incidents=incidents,
+        price=real_price_for(principal, job_pk=job.pk),
+        could_not_see=[SOURCE_DESCRIPTIONS.get(m, m) for m in missing],
+    )
