@@ -27,7 +27,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "bench": (
         "proof_web.commands.bench",
         "benchmarks: `proof bench ingest` (throughput, latency, footprint), `proof bench live` "
-        "(onset → verdict delay, detection CPU)",
+        "(onset → verdict delay, detection CPU), `proof bench console` (page server time)",
     ),
     "analyze": ("engine.analyze", "run the detectors on a trace file, print verdicts"),
     "eval": ("engine.evaluation", "score the detectors on every simulator scenario"),

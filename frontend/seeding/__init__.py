@@ -299,6 +299,35 @@ def _seed_operator(
     return seeded
 
 
+def delete_seeded(slug: str) -> bool:
+    """Remove operator `slug`, every row it owns and its users (a re-seed starts clean). One
+    DELETE per tenant table in one transaction (PostgreSQL checks Django's foreign keys at
+    commit), not the ORM's row-by-row cascade over millions of rollups. False if none."""
+    from django.contrib.auth import get_user_model
+    from django.db import connection, transaction
+
+    from tenants.context import system_context
+    from tenants.models import Membership, Operator
+    from tenants.rls import tenant_tables
+
+    with system_context():
+        operator = Operator.objects.filter(slug=slug).first()
+        if operator is None:
+            return False
+        users = list(Membership.objects.filter(operator=operator).values_list("user_id", flat=True))
+    with transaction.atomic(), tenant_context(operator.pk):
+        with connection.cursor() as cursor:
+            for table, column in sorted(tenant_tables().items()):
+                if column == "operator_id":
+                    cursor.execute(
+                        f"DELETE FROM {connection.ops.quote_name(table)} WHERE operator_id = %s",  # noqa: S608 - table names from the models' own meta and ingest's registry
+                        [operator.pk],
+                    )
+        get_user_model().objects.filter(pk__in=users).delete()
+        Operator.objects.filter(pk=operator.pk).delete()
+    return True
+
+
 def seed_console(
     sizes: SeedSizes | None = None,
     *,

@@ -3,6 +3,8 @@
 - `proof bench ingest` (ingest/bench.py): ingest throughput, ack latency, footprint, reads.
 - `proof bench live` (proof_web/commands/bench_live.py): onset → verdict delay per detector
   family through the whole live path, and the detection CPU per 1,000 GPUs.
+- `proof bench console` (proof_web/commands/bench_console.py): server time and queries of
+  every console page on a seeded 10,000-GPU fleet.
 
 Each target's module adds its own options (`add_arguments`) and runs (`run`); neither sets
 Django up before it runs.
@@ -19,6 +21,10 @@ TARGETS: dict[str, tuple[str, str]] = {
     "live": (
         "proof_web.commands.bench_live",
         "onset → verdict delay per family through agents, ingest and workers; detection CPU",
+    ),
+    "console": (
+        "proof_web.commands.bench_console",
+        "p50/p95 server time and queries of every console page on a seeded 10,000-GPU fleet",
     ),
 }
 
