@@ -466,9 +466,9 @@ def _fill(t: Tenant, n: int) -> None:
 # The page's own queries past the BASE_QUERIES every signed-in page makes.
 PAGE_QUERIES = {
     "/settings/": 0,
-    "/settings/customers/": 2,  # count, the page (members, rules, jobs: correlated subqueries)
+    "/settings/customers/": 5,  # count, the page, its members, rules and jobs (a GROUP BY each)
     "/settings/rules/": 3,  # the form's customers, count, the page (customer joined)
-    "/settings/agents/": 4,  # tokens, versions (one GROUP BY), count, the page (GPUs: subquery)
+    "/settings/agents/": 5,  # tokens, versions (one GROUP BY), count, the page, its GPUs
     "/settings/prices/": 2,  # the prices, the fleet's models (one GROUP BY)
 }
 
