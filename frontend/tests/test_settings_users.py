@@ -264,12 +264,14 @@ def test_admins_cannot_change_or_deactivate_themselves(client: Client, a: Tenant
 def test_deactivate_and_reactivate(client: Client, a: Tenant, b: Tenant) -> None:
     token, _ = services.do_create_api_token(a.principal(a.customer_admin), name="ci", scope="read")
     target = member_id(a.customer_admin)
+    their_session = sign_in(Client(), a.customer_admin)
     sign_in(client, a.operator_admin)
     response = client.post(f"/settings/users/{target}/active/", {"active": "0"})
     assert (response.status_code, response["Location"]) == (302, "/settings/users/")
     body = body_of(client.get("/settings/users/"))
     assert "alpha-customer-admin deactivated" in body and "deactivated</span>" in body
     assert not Client().login(username="alpha-customer-admin", password=TEST_PASSWORD)
+    assert their_session.get("/settings/users/").status_code == 302  # signed out
     with tenant_context(a.operator.pk):
         assert ApiToken.objects.get(pk=token.pk).revoked_at is not None
     assert client.post(f"/settings/users/{target}/active/", {"active": "yes"}).status_code == 302
@@ -288,6 +290,7 @@ def test_deactivate_and_reactivate(client: Client, a: Tenant, b: Tenant) -> None
 
 def test_new_set_password_link_replaces_the_password(client: Client, a: Tenant) -> None:
     target = member_id(a.customer_viewer)
+    their_session = sign_in(Client(), a.customer_viewer)
     sign_in(client, a.customer_admin)
     response = client.post(f"/settings/users/{target}/link/")
     assert response.status_code == 302
@@ -295,6 +298,7 @@ def test_new_set_password_link_replaces_the_password(client: Client, a: Tenant) 
     assert "New set-password link for alpha-customer-viewer" in body
     assert secret_of(body).startswith("http://testserver/password/set/")
     assert not Client().login(username="alpha-customer-viewer", password=TEST_PASSWORD)
+    assert their_session.get("/").status_code == 302  # their session ended with the password
 
 
 @pytest.mark.parametrize("who", ["operator_support", "customer_viewer"])
