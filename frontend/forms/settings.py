@@ -159,3 +159,4 @@ class InviteForm(MemberRoleForm):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.order_fields(self.field_order)
+        self.fields["role"].initial = Role.CUSTOMER_VIEWER  # the least, unless chosen
