@@ -26,9 +26,9 @@ from tenants.models import (
 
 PAGE_SIZE = 50
 
-# An agent that has sent nothing for this long is shown as silent: agents report every few
-# seconds (docs/agent.md), so five minutes is a stopped agent or a cut network, not a slow one.
-AGENT_SILENT_AFTER = timedelta(minutes=5)
+# An agent that has sent nothing for this long is shown as silent, the fleet page's threshold
+# (a node's last_seen_at moves at most every 30 s; ten minutes outlasts an agent restart).
+AGENT_SILENT_AFTER = timedelta(minutes=10)
 
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
