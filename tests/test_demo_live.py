@@ -55,6 +55,10 @@ def test_demo_streams_agents_to_verdicts_and_the_healthy_job_gets_none(tmp_path:
     out = result.stdout
     assert result.returncode == 0, result.stderr[-3000:]
     assert re.search(r"ingest \(gRPC\) listening on 127\.0\.0\.1:\d+", out)
+    # The printed link leads to the verdicts: the console's incidents page, after sign-in.
+    assert re.search(r"verdicts: http://127\.0\.0\.1:\d+/login/\?next=/incidents/\n", out), out[
+        :3000
+    ]
     # The in-process runner runs every periodic task of the schedule, each at its period.
     tasks_line = next(line for line in out.splitlines() if "tasks in-process:" in line)
     for entry in BEAT_SCHEDULE.values():

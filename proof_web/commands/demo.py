@@ -226,11 +226,18 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def verdicts_url(url: str) -> str:
+    """Where the printed link leads: the console's incidents page (the simulated fleet's
+    verdicts as they appear), through the sign-in page."""
+    return f"{url}login/?next=/incidents/"
+
+
 def _print_logins(url: str | None) -> None:
     if url:
-        print(f"\nProof is running at {url}  (Ctrl-C stops it)")
+        print(f"\nProof is running. The simulated fleet's verdicts: {verdicts_url(url)}")
+        print("  (Ctrl-C stops it)")
     print("Sign in with:")
     for login in DEMO_LOGINS:
         print(f"  {login.username:<15} password {login.password:<22} sees {login.sees}")
     if url:
-        print(f"Sign-in page: {url}login/   API: {url}api/v1/\n", flush=True)
+        print(f"Console: {url}   API: {url}api/v1/\n", flush=True)
