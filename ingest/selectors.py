@@ -766,3 +766,92 @@ def gpu_buckets(
                 GpuBucket(gpu, name, b / 1000.0, int(n), total / n if n else 0.0, lo, hi)
             )
         return out
+
+
+@dataclass(frozen=True)
+class IdleHolder:
+    """A GPU whose newest rollup bucket shows memory held all along and next to no activity."""
+
+    gpu: str
+    bucket_start: float  # seconds
+    samples: int  # memory samples in the bucket
+    memory_min_mib: float
+    memory_mean_mib: float
+    activity: float  # mean over the bucket, 0–1
+
+
+def idle_gpus_holding_memory(
+    operator_id: int,
+    *,
+    since: float,
+    min_memory_mib: float,
+    max_activity: float,
+    activity_names: tuple[str, str] = (
+        signals.DCGM_FI_PROF_GR_ENGINE_ACTIVE,
+        signals.DCGM_FI_DEV_GPU_UTIL,
+    ),
+    limit: int = 50,
+) -> tuple[int, list[IdleHolder]]:
+    """GPUs idle while holding memory, from each GPU's newest rollup bucket starting at or
+    after `since` (one query over the whole fleet): framebuffer used ≥ `min_memory_mib` at
+    every sample of the bucket (its minimum) while the mean activity — the first of
+    `activity_names` (a 0–1 ratio) the GPU reports, else the second (a percentage) — is at
+    most `max_activity`. A process holding memory and launching nothing: a hung or abandoned
+    job, a notebook left open. Returns (how many GPUs, the `limit` holding most memory)."""
+    fb = signals.DCGM_FI_DEV_FB_USED
+    ratio, percent = activity_names
+    series, rollup = Series._meta.db_table, SeriesRollup._meta.db_table
+    # S608: table names are the models' own; every value is a bound parameter.
+    sql = f"""
+        WITH latest AS (
+            SELECT s.gpu, s.name, r.bucket_start_ms AS bucket, SUM(r.count) AS n,
+                   SUM(r.sum) / SUM(r.count) AS mean, MIN(r.min) AS lo,
+                   ROW_NUMBER() OVER (
+                       PARTITION BY s.gpu, s.name ORDER BY r.bucket_start_ms DESC) AS newest
+            FROM {rollup} r JOIN {series} s ON s.id = r.series_id
+            WHERE r.operator_id = %s AND s.operator_id = %s AND s.gpu <> ''
+              AND s.name IN (%s, %s, %s) AND r.bucket_start_ms >= %s
+            GROUP BY s.gpu, s.name, r.bucket_start_ms
+        ), per_gpu AS (
+            SELECT gpu,
+                   MAX(CASE WHEN name = %s THEN bucket END) AS bucket,
+                   MAX(CASE WHEN name = %s THEN n END) AS n,
+                   MAX(CASE WHEN name = %s THEN lo END) AS memory_min,
+                   MAX(CASE WHEN name = %s THEN mean END) AS memory_mean,
+                   COALESCE(MAX(CASE WHEN name = %s THEN mean END),
+                            MAX(CASE WHEN name = %s THEN mean END) / 100.0) AS activity
+            FROM latest WHERE newest = 1 GROUP BY gpu
+        )
+        SELECT gpu, bucket, n, memory_min, memory_mean, activity, COUNT(*) OVER () AS total
+        FROM per_gpu
+        WHERE memory_min >= %s AND activity <= %s
+        ORDER BY memory_min DESC, gpu
+        LIMIT %s
+    """  # noqa: S608
+    params: list[Any] = [
+        operator_id,
+        operator_id,
+        fb,
+        ratio,
+        percent,
+        _ms(since),
+        fb,
+        fb,
+        fb,
+        fb,
+        ratio,
+        percent,
+        float(min_memory_mib),
+        float(max_activity),
+        int(limit),
+    ]
+    with tenant_context(operator_id), connection.cursor() as cursor:
+        # Django's cursor (not _raw_fetchall's): one small result, and the console's query
+        # counts (django_assert_num_queries) see the statement.
+        cursor.execute(sql, params)
+        rows = cursor.fetchall()
+    total = int(rows[0][6]) if rows else 0
+    return total, [
+        IdleHolder(str(g), b / 1000.0, int(n or 0), float(lo), float(mean or 0.0), float(act))
+        for g, b, n, lo, mean, act, _ in rows
+    ]

@@ -142,6 +142,14 @@ def _grouped_usage(qs: QuerySet[JobGpuUsage], key: str) -> Any:
     )
 
 
+def period_price(principal: Principal, period: Period) -> RealPrice:
+    """The real price of everything the principal may see over the period (2 queries)."""
+    with tenant_context(principal.operator_id):
+        prices = list_prices(principal.operator_id)
+        grouped = _grouped_usage(usage_in_period(principal, period), "gpu_model")
+        return real_price([row for _key, row in _usage_rows(grouped)], prices)
+
+
 # --- the money the open verdicts' causes cost ------------------------------------------------
 
 
@@ -435,6 +443,7 @@ __all__ = [
     "PricePage",
     "calculate",
     "default_period",
+    "period_price",
     "price_page",
     "usage_in_period",
 ]

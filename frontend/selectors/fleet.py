@@ -1,0 +1,412 @@
+"""Reads of the fleet page (/fleet/, operators only): headline cards, the nodes × GPUs heat
+map (one page of nodes at a time), GPUs idle while holding memory.
+
+Sizes it is built for (`proof bench console`): 1,250 nodes, 10,000 GPUs, 2,000 jobs, 20,000
+incidents. Nothing here reads samples: a GPU's utilisation is its newest hourly rollup
+bucket (ingest.selectors.latest_gpu_buckets), the whole fleet's idle-while-holding-memory
+scan is one query over those buckets, and the heat map reads only its page's 50 nodes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from django.db.models import Count, Exists, OuterRef, Q, QuerySet
+
+from contract import signals
+from frontend.selectors import price as price_selectors
+from ingest import selectors as ingest_selectors
+from ingest.models import TERMINAL_JOB_STATES, Gpu, Node, Process
+from investigations.models import GPU_DEGRADING, Incident, IncidentState, JobActivity
+from investigations.pricing import RealPrice
+from tenants.access import Principal
+from tenants.context import tenant_context
+from tenants.models import Customer
+
+NODES_PER_PAGE = 50
+# A node is "reporting" when its agent's batches arrived within this many minutes (its
+# last_seen_at moves at most every 30 s): ten minutes outlasts an agent restart or a spool
+# replay, and is short enough to be worth a look.
+DEFAULT_SILENT_MIN = 10
+# Utilisation reads the newest rollup bucket that started within this window: the rollups are
+# hourly and rebuilt every 15 minutes, so the current hour's bucket (or the last one) is in it,
+# and a GPU that has reported nothing for two hours shows no value rather than an old one.
+RECENT_S = 2 * 3600.0
+# Idle while holding memory: framebuffer used at every sample of the bucket at least this
+# (a CUDA context alone takes ~500 MiB; 1 GiB is an allocation) while the GPU's mean activity
+# over the bucket is under 1% (a kernel now and then at most).
+DEFAULT_IDLE_MEMORY_MIB = 1024
+IDLE_MAX_ACTIVITY = 0.01
+IDLE_ROWS = 50
+
+STATES = ("reporting", "silent", "incident")
+COLOURS = ("utilisation", "health")
+# What a GPU's utilisation is: the engine's active share, the pricing formula's "busy"
+# (docs/pricing.md); NVML's utilisation (%) where profiling metrics are missing.
+UTILISATION_SIGNALS = (signals.DCGM_FI_PROF_GR_ENGINE_ACTIVE, signals.DCGM_FI_DEV_GPU_UTIL)
+
+
+@dataclass(frozen=True)
+class FleetFilters:
+    model: str | None = None
+    state: str | None = None  # one of STATES
+    customer_id: int | None = None
+    silent_min: int = DEFAULT_SILENT_MIN
+    colour: str = "utilisation"
+    idle_memory_mib: int = DEFAULT_IDLE_MEMORY_MIB
+    page: int = 1
+
+
+@dataclass(frozen=True)
+class Cards:
+    nodes: int
+    nodes_reporting: int
+    gpus: int
+    gpus_reporting: int
+    gpus_in_use: int
+    price: RealPrice  # the last 7 days' usage (as /price/ by default)
+    period: price_selectors.Period
+    open_by_category: dict[str, int]
+
+
+@dataclass(frozen=True)
+class Cell:
+    gpu: str
+    index: int | None
+    model: str
+    utilisation: float | None  # 0–1, the newest bucket's mean
+    utilisation_source: str  # which signal it came from
+    health: str  # ok | degrading | fault | incident | silent
+    incidents: tuple[str, ...]  # families of the open infrastructure incidents on the GPU
+    job: str | None
+    customer: str | None
+
+    @property
+    def level(self) -> int | None:
+        """The utilisation colour step, 0–10."""
+        if self.utilisation is None:
+            return None
+        return max(0, min(10, round(self.utilisation * 10)))
+
+    @property
+    def title(self) -> str:
+        parts = [
+            f"GPU {self.index if self.index is not None else '?'}",
+            self.model or "unknown model",
+            (
+                f"utilisation {self.utilisation * 100:.0f}% ({self.utilisation_source})"
+                if self.utilisation is not None
+                else "utilisation: no recent data"
+            ),
+            f"health: {self.health}"
+            + (f" ({', '.join(self.incidents)})" if self.incidents else ""),
+            f"job {self.job}" + (f" ({self.customer})" if self.customer else "")
+            if self.job
+            else "no job",
+        ]
+        return " · ".join(parts)
+
+
+@dataclass(frozen=True)
+class NodeRow:
+    hostname: str
+    reporting: bool
+    last_seen: datetime | None
+    incidents: tuple[str, ...]  # families of open infrastructure incidents naming the node
+    cells: list[Cell | None]  # by GPU index, None where the node has no GPU of that index
+
+
+@dataclass(frozen=True)
+class IdleRow:
+    gpu: str
+    node: str
+    index: int | None
+    model: str
+    memory_min_mib: float
+    memory_mean_mib: float
+    activity: float
+    since: float  # the bucket's start
+    samples: int
+    job: str | None
+    customer: str | None
+
+
+@dataclass
+class FleetPage:
+    filters: FleetFilters
+    cards: Cards
+    rows: list[NodeRow]
+    columns: list[int]  # GPU indexes shown
+    nodes_total: int  # matching the filters
+    pages: int
+    idle_total: int
+    idle: list[IdleRow]
+    models: list[str] = field(default_factory=list)
+    customers: list[tuple[int, str]] = field(default_factory=list)
+
+
+def customer_exists(principal: Principal, customer_id: int) -> bool:
+    with tenant_context(principal.operator_id):
+        return Customer.objects.for_tenant(principal).filter(pk=customer_id).exists()
+
+
+def _holding(principal: Principal, since: datetime) -> QuerySet[Process]:
+    """The processes holding GPUs now: on a GPU, not exited, of a job that has not ended and
+    whose data arrived since `since` (a job whose agent went quiet without an exit record
+    does not hold its GPUs forever). Processes, not JobRank rows: a rank's row keeps the GPU
+    of the last process record of that rank, and a rank's worker processes (data loaders)
+    carry no GPU."""
+    recent = JobActivity.objects.for_tenant(principal).filter(
+        job_id=OuterRef("job_id"), received_at__gte=since
+    )
+    return (
+        Process.objects.for_tenant(principal)
+        .filter(Exists(recent), job__isnull=False, exited_at__isnull=True)
+        .exclude(gpu="")
+        .exclude(job__state__in=list(TERMINAL_JOB_STATES))
+    )
+
+
+def _open_infra(principal: Principal) -> QuerySet[Incident]:
+    return Incident.objects.for_tenant(principal).filter(
+        state=IncidentState.OPEN, category="infrastructure"
+    )
+
+
+def _cards(principal: Principal, cutoff: datetime) -> Cards:
+    nodes = Node.objects.for_tenant(principal).aggregate(
+        n=Count("id"), reporting=Count("id", filter=Q(last_seen_at__gte=cutoff))
+    )
+    gpus = Gpu.objects.for_tenant(principal).aggregate(
+        n=Count("id"), reporting=Count("id", filter=Q(node__last_seen_at__gte=cutoff))
+    )
+    in_use = _holding(principal, cutoff).values("gpu").distinct().count()
+    period = price_selectors.default_period()
+    price = price_selectors.period_price(principal, period)
+    by_category = dict(
+        Incident.objects.for_tenant(principal)
+        .filter(state=IncidentState.OPEN)
+        .values("category")
+        .annotate(n=Count("id"))
+        .order_by()
+        .values_list("category", "n")
+    )
+    return Cards(
+        nodes=nodes["n"],
+        nodes_reporting=nodes["reporting"],
+        gpus=gpus["n"],
+        gpus_reporting=gpus["reporting"],
+        gpus_in_use=in_use,
+        price=price,
+        period=period,
+        open_by_category=by_category,
+    )
+
+
+def _nodes(principal: Principal, filters: FleetFilters, cutoff: datetime) -> QuerySet[Node]:
+    nodes = Node.objects.for_tenant(principal)
+    if filters.model:
+        nodes = nodes.filter(
+            Exists(
+                Gpu.objects.for_tenant(principal).filter(node=OuterRef("pk"), model=filters.model)
+            )
+        )
+    if filters.state == "reporting":
+        nodes = nodes.filter(last_seen_at__gte=cutoff)
+    elif filters.state == "silent":
+        nodes = nodes.filter(Q(last_seen_at__lt=cutoff) | Q(last_seen_at__isnull=True))
+    elif filters.state == "incident":
+        nodes = nodes.filter(
+            Exists(_open_infra(principal).filter(subject_node=OuterRef("hostname")))
+        )
+    if filters.customer_id is not None:
+        nodes = nodes.filter(
+            Exists(
+                _holding(principal, cutoff).filter(
+                    node_id=OuterRef("pk"), job__customer_id=filters.customer_id
+                )
+            )
+        )
+    return nodes
+
+
+def _jobs_on(
+    principal: Principal, gpus: Iterable[str], cutoff: datetime
+) -> dict[str, tuple[str, str | None]]:
+    """GPU uuid → (job id, customer name) of the job holding it now."""
+    rows = (
+        _holding(principal, cutoff)
+        .filter(gpu__in=list(gpus))
+        .values_list("gpu", "job__job_id", "job__customer__name")
+    )
+    return {gpu: (job, customer) for gpu, job, customer in rows}
+
+
+def _utilisation(
+    buckets: dict[tuple[str, str], ingest_selectors.GpuBucket], gpu: str
+) -> tuple[float | None, str]:
+    engine = buckets.get((gpu, signals.DCGM_FI_PROF_GR_ENGINE_ACTIVE))
+    if engine is not None:
+        return max(0.0, min(1.0, engine.mean)), "engine active"
+    util = buckets.get((gpu, signals.DCGM_FI_DEV_GPU_UTIL))
+    if util is not None:
+        return max(0.0, min(1.0, util.mean / 100.0)), "NVML utilisation"
+    return None, ""
+
+
+def _health(families: tuple[str, ...], reporting: bool) -> str:
+    if not reporting:
+        return "silent"
+    if "hardware_fault" in families:
+        return "fault"
+    if GPU_DEGRADING in families:
+        return "degrading"
+    if families:
+        return "incident"
+    return "ok"
+
+
+def _heat_map(
+    principal: Principal, nodes: list[Node], cutoff: datetime, now: float
+) -> tuple[list[NodeRow], list[int], list[str]]:
+    """The page's rows (4 queries: GPUs, utilisation, jobs, incidents), the GPU indexes, and
+    the page's GPU uuids."""
+    gpus = list(
+        Gpu.objects.for_tenant(principal)
+        .filter(node_id__in=[n.pk for n in nodes])
+        .order_by("node_id", "index", "uuid")
+        .values_list("node_id", "uuid", "index", "model")
+    )
+    uuids = [g[1] for g in gpus]
+    buckets = (
+        ingest_selectors.latest_gpu_buckets(
+            principal.operator_id, UTILISATION_SIGNALS, since=now - RECENT_S, gpus=uuids
+        )
+        if uuids
+        else {}
+    )
+    jobs = _jobs_on(principal, uuids, cutoff) if uuids else {}
+    hostnames = [n.hostname for n in nodes]
+    on_gpu: dict[str, list[str]] = {}
+    on_node: dict[str, list[str]] = {}
+    for subject_node, subject_gpu, family in (
+        _open_infra(principal)
+        .filter(Q(subject_node__in=hostnames) | Q(subject_gpu__in=uuids))
+        .values_list("subject_node", "subject_gpu", "family")
+    ):
+        if subject_gpu:
+            on_gpu.setdefault(subject_gpu, []).append(family)
+        elif subject_node:
+            on_node.setdefault(subject_node, []).append(family)
+    indexes = sorted({g[2] for g in gpus if g[2] is not None})
+    columns = list(range(max(indexes) + 1)) if indexes else []
+    by_node: dict[int, list[tuple[str, int | None, str]]] = {}
+    for node_id, gpu, index, model in gpus:
+        by_node.setdefault(node_id, []).append((gpu, index, model))
+    rows = []
+    for node in nodes:
+        reporting = node.last_seen_at is not None and node.last_seen_at >= cutoff
+        node_families = tuple(sorted(set(on_node.get(node.hostname, []))))
+        cells: list[Cell | None] = [None] * len(columns)
+        extra: list[Cell] = []
+        for gpu, index, model in by_node.get(node.pk, []):
+            families = tuple(sorted(set(on_gpu.get(gpu, []))))
+            value, source = _utilisation(buckets, gpu)
+            job, customer = jobs.get(gpu, (None, None))
+            cell = Cell(
+                gpu,
+                index,
+                model,
+                value,
+                source,
+                _health(families + node_families, reporting),
+                families + node_families,
+                job,
+                customer,
+            )
+            if index is not None and 0 <= index < len(cells) and cells[index] is None:
+                cells[index] = cell
+            else:
+                extra.append(cell)  # no index reported, or two GPUs claim one: keep both
+        rows.append(
+            NodeRow(node.hostname, reporting, node.last_seen_at, node_families, [*cells, *extra])
+        )
+    return rows, columns, uuids
+
+
+def _idle(
+    principal: Principal, filters: FleetFilters, cutoff: datetime, now: float
+) -> tuple[int, list[IdleRow]]:
+    total, holders = ingest_selectors.idle_gpus_holding_memory(
+        principal.operator_id,
+        since=now - RECENT_S,
+        min_memory_mib=filters.idle_memory_mib,
+        max_activity=IDLE_MAX_ACTIVITY,
+        limit=IDLE_ROWS,
+    )
+    if not holders:
+        return total, []
+    uuids = [h.gpu for h in holders]
+    where = {
+        uuid: (node or "", index, model)
+        for uuid, node, index, model in Gpu.objects.for_tenant(principal)
+        .filter(uuid__in=uuids)
+        .values_list("uuid", "node__hostname", "index", "model")
+    }
+    jobs = _jobs_on(principal, uuids, cutoff)
+    return total, [
+        IdleRow(
+            h.gpu,
+            *where.get(h.gpu, ("", None, "")),
+            memory_min_mib=h.memory_min_mib,
+            memory_mean_mib=h.memory_mean_mib,
+            activity=h.activity,
+            since=h.bucket_start,
+            samples=h.samples,
+            job=jobs.get(h.gpu, (None, None))[0],
+            customer=jobs.get(h.gpu, (None, None))[1],
+        )
+        for h in holders
+    ]
+
+
+def fleet_page(principal: Principal, filters: FleetFilters, now: float | None = None) -> FleetPage:
+    """Everything /fleet/ shows. A page past the last is empty."""
+    now = datetime.now(UTC).timestamp() if now is None else now
+    cutoff = datetime.fromtimestamp(now, UTC) - timedelta(minutes=filters.silent_min)
+    with tenant_context(principal.operator_id):
+        cards = _cards(principal, cutoff)
+        models = list(
+            Gpu.objects.for_tenant(principal)
+            .exclude(model="")
+            .values_list("model", flat=True)
+            .distinct()
+            .order_by("model")
+        )
+        customers = list(
+            Customer.objects.for_tenant(principal).order_by("name", "id").values_list("pk", "name")
+        )
+        nodes_qs = _nodes(principal, filters, cutoff)
+        total = nodes_qs.count()
+        start = (filters.page - 1) * NODES_PER_PAGE
+        nodes = (
+            list(nodes_qs.order_by("hostname", "id")[start : start + NODES_PER_PAGE])
+            if start < total
+            else []
+        )
+        rows, columns, _ = _heat_map(principal, nodes, cutoff, now) if nodes else ([], [], [])
+        idle_total, idle = _idle(principal, filters, cutoff, now)
+    return FleetPage(
+        filters=filters,
+        cards=cards,
+        rows=rows,
+        columns=columns,
+        nodes_total=total,
+        pages=max(1, -(-total // NODES_PER_PAGE)),
+        idle_total=idle_total,
+        idle=idle,
+        models=models,
+        customers=customers,
+    )
