@@ -240,6 +240,8 @@ def _seed_operator(
             seeded.charted[k] = replace(charted, incidents=found)
         clock.lap("charted jobs: detectors")
     charted_nodes = sum(len(c.nodes) for c in seeded.charted)
+    # One transaction per step, not one for the whole seed: a seed of minutes must not hold
+    # its locks (nor keep its rows unseen) all along — a migration elsewhere waits for them.
     with tenant_context(operator_id):
         fleet_seed.seed_prices(operator_id)
         node_ids, hostnames, node_model, gpu_uuids = fleet_seed.seed_nodes(
@@ -250,7 +252,8 @@ def _seed_operator(
             prefix=f"{slug[:12]}-gpu",
             now=now,
         )
-        seeded.gpus += len(node_ids) * 8
+    seeded.gpus += len(node_ids) * 8
+    with tenant_context(operator_id):
         fleet = fleet_seed.seed_jobs(
             operator_id,
             rng,
@@ -264,8 +267,9 @@ def _seed_operator(
             gpu_uuids=gpu_uuids,
             now=now,
         )
-        clock.lap("nodes, GPUs, jobs, ranks, usage")
-        charted_incidents = sum(c.incidents for c in seeded.charted)
+    clock.lap("nodes, GPUs, jobs, ranks, usage")
+    charted_incidents = sum(c.incidents for c in seeded.charted)
+    with tenant_context(operator_id):
         seeded.incidents, at_risk = verdict_seed.seed_incidents(
             operator_id,
             rng,
@@ -274,22 +278,23 @@ def _seed_operator(
             now=now,
             families=sizes.families,
         )
-        seeded.incidents += charted_incidents
-        clock.lap("incidents, revisions")
-        memory = np.array([fleet_seed.GPU_MODELS[int(m)][2] for m in node_model])
-        series_seed.seed_fleet_series(
-            operator_id,
-            rng,
-            fleet,
-            memory,
-            minutes=sizes.fleet_minutes,
-            rollup_hours=sizes.fleet_rollup_hours,
-            now=now,
-        )
+    seeded.incidents += charted_incidents
+    clock.lap("incidents, revisions")
+    memory = np.array([fleet_seed.GPU_MODELS[int(m)][2] for m in node_model])
+    series_seed.seed_fleet_series(
+        operator_id,
+        rng,
+        fleet,
+        memory,
+        minutes=sizes.fleet_minutes,
+        rollup_hours=sizes.fleet_rollup_hours,
+        now=now,
+    )
+    with tenant_context(operator_id):
         series_seed.seed_counter_series(
             operator_id, rng, fleet, at_risk, days=sizes.health_days, now=now
         )
-        clock.lap("fleet series, counters")
+    clock.lap("fleet series, counters")
     seeded.job_ids = [c.job_id for c in seeded.charted] + fleet.job_ids
     for j, job_id in enumerate(fleet.job_ids):
         c = int(fleet.job_customer[j])

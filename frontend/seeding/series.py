@@ -223,13 +223,15 @@ def seed_charted_job(
         node_ids = ids_of(Node, "hostname", hosts)
         job_pks = ids_of(Job, "job_id", sorted({i.job for i, _ in per_series if i.job}))
         series_ids = create_series(operator_id, [i for i, _ in per_series], node_ids, job_pks)
-        samples = 0
-        for host in hosts:
-            mine = [k for k, (info, _) in enumerate(per_series) if info.node == host]
-            matrix = np.vstack([per_series[k][1] for k in mine])
+    samples = 0
+    for host in hosts:  # a transaction per node: a day of one node is a few minutes' writing
+        mine = [k for k, (info, _) in enumerate(per_series) if info.node == host]
+        matrix = np.vstack([per_series[k][1] for k in mine])
+        with tenant_context(operator_id):
             samples += write_node_blocks(
                 operator_id, node_ids[host], series_ids[mine], ts_ms, matrix
             )
+    with tenant_context(operator_id):
         job_pk = job_pks[main_job]
         # The job as its scheduler saw it: started with the run (ingest stamps the wall time
         # it first heard of it), and the operator's customer.
@@ -299,25 +301,29 @@ def seed_fleet_series(
         for name in FLEET_SIGNALS
     ]
     node_ids = dict(zip(fleet.hostnames, fleet.node_ids.tolist(), strict=True))
-    series_ids = create_series(operator_id, infos, node_ids, {}).reshape(
-        n_nodes, per_node * len(FLEET_SIGNALS)
-    )
+    with tenant_context(operator_id):
+        series_ids = create_series(operator_id, infos, node_ids, {}).reshape(
+            n_nodes, per_node * len(FLEET_SIGNALS)
+        )
     seconds = int(minutes * 60)
     start = float(int(now) - seconds)
     ts_ms = (np.arange(seconds, dtype=np.int64) + int(start)) * 1000
     samples = 0
     flat_levels = levels.reshape(n_nodes, -1)  # (nodes, series), series in `infos` order
     noise_scale = np.tile([2.0, 0.02, 0.0, 12.0, 0.4], per_node)
-    for n in range(n_nodes):
-        base = flat_levels[n][:, None]
-        noise = rng.normal(0.0, 1.0, (len(base), seconds)) * noise_scale[:, None]
-        values = np.round(np.clip(base + noise * (base > 0), 0.0, None), 3)
-        samples += write_node_blocks(
-            operator_id, int(fleet.node_ids[n]), series_ids[n], ts_ms, values
+    for lo in range(0, n_nodes, 100):  # a transaction per 100 nodes
+        with tenant_context(operator_id):
+            for n in range(lo, min(lo + 100, n_nodes)):
+                base = flat_levels[n][:, None]
+                noise = rng.normal(0.0, 1.0, (len(base), seconds)) * noise_scale[:, None]
+                values = np.round(np.clip(base + noise * (base > 0), 0.0, None), 3)
+                samples += write_node_blocks(
+                    operator_id, int(fleet.node_ids[n]), series_ids[n], ts_ms, values
+                )
+    with tenant_context(operator_id):
+        rollups = _fleet_rollups(
+            operator_id, rng, series_ids.ravel(), flat_levels.ravel(), rollup_hours, now
         )
-    rollups = _fleet_rollups(
-        operator_id, rng, series_ids.ravel(), flat_levels.ravel(), rollup_hours, now
-    )
     return samples, rollups
 
 
