@@ -110,6 +110,7 @@ class OperatorSeed:
     charted: list[series_seed.ChartedJob] = field(default_factory=list)
     incidents: int = 0
     gpus: int = 0
+    jobs: int = 0  # in the database: the charted runs' neighbour jobs too
 
 
 @dataclass
@@ -296,6 +297,7 @@ def _seed_operator(
         )
     clock.lap("fleet series, counters")
     seeded.job_ids = [c.job_id for c in seeded.charted] + fleet.job_ids
+    seeded.jobs = sum(c.jobs for c in seeded.charted) + len(fleet.job_ids)
     for j, job_id in enumerate(fleet.job_ids):
         c = int(fleet.job_customer[j])
         seeded.job_customer[job_id] = (

@@ -311,7 +311,7 @@ def _seed(args: argparse.Namespace) -> None:
     result = seed_console(sizes, slug=args.slug)
     total = time.perf_counter() - t0
     print(
-        f"proof bench console: seeded {result.main.gpus:,} GPUs, {len(result.main.job_ids):,} jobs, "
+        f"proof bench console: seeded {result.main.gpus:,} GPUs, {result.main.jobs:,} jobs, "
         f"{result.main.incidents:,} incidents in {total:.0f} s:"
     )
     for what, seconds in result.seconds.items():
