@@ -43,6 +43,17 @@ MIN_SERVING_SAMPLES = 20
 # underfilled one moves by a request or two.
 FILL_SAMPLES = 10
 FILL_SLACK = 0.05
+# ... nor by ≥ 20% and ≥ 3 requests, over those 10 s or since the window's first 10 samples:
+# a batch at a few percent of large slots fills by far less than 5% of them in 10 s and still
+# grows by a third (healthy_inference, prefixes of 4 of 20 runs read as underfilled 21 s into
+# serving: 17 -> 23 running of 256 slots, then 36, 53, ...), and a batch filling over a minute
+# pauses for 10 s at a time. An underfilled endpoint's batch of a few requests moves by one or
+# two. The since-first test holds through the first 2 min of serving only (a batch fills
+# within one request lifetime, ≤ 90 s for long chat answers): later, a window whose traffic
+# rose by a fifth (a daily rise) would hide a real underfill (underfilled_batches seed 1).
+FILL_RATIO = 1.2
+FILL_MIN_REQUESTS = 3.0
+FILL_PHASE_SAMPLES = 120
 
 
 def _by_pid(series: list[SeriesData], name: str) -> dict[tuple[str, int | None], SeriesData]:
@@ -60,7 +71,7 @@ def detect_underfilled_batches(w: JobWindow) -> list[Finding]:
     waiting = _by_pid(w.inference, signals.VLLM_NUM_REQUESTS_WAITING)
     occ, med, kvs, wait_share = [], [], [], []
     t_lo, t_hi = math.inf, -math.inf
-    n_serving, total_slots, prev_run, last_run = 0, 0.0, 0.0, 0.0
+    n_serving, total_slots, prev_run, last_run, first_run = 0, 0.0, 0.0, 0.0, 0.0
     for key, run in running.items():
         if key not in slots or not len(run.ts):
             continue
@@ -74,6 +85,7 @@ def detect_underfilled_batches(w: JobWindow) -> list[Finding]:
         if len(tail) > FILL_SAMPLES:
             prev_run += float(np.mean(tail[:-FILL_SAMPLES]))
             last_run += float(np.mean(tail[-FILL_SAMPLES:]))
+            first_run += float(np.mean(run.values[:FILL_SAMPLES]))
         t_lo, t_hi = min(t_lo, float(run.ts[0])), max(t_hi, float(run.ts[-1]))
         if key in kv:
             kvs.append(float(np.nanpercentile(kv[key].values, 95)))
@@ -81,7 +93,17 @@ def detect_underfilled_batches(w: JobWindow) -> list[Finding]:
             wait_share.append(float(np.mean(waiting[key].values > 0)))
     if not occ or n_serving < MIN_SERVING_SAMPLES:
         return []
-    if last_run - prev_run > FILL_SLACK * total_slots or max(med) > MAX_MEDIAN_OCCUPANCY:
+    growth, since_first = last_run - prev_run, last_run - first_run
+    filling = (
+        growth > FILL_SLACK * total_slots
+        or (last_run > FILL_RATIO * prev_run and growth >= FILL_MIN_REQUESTS)
+        or (
+            n_serving < FILL_PHASE_SAMPLES
+            and last_run > FILL_RATIO * first_run
+            and since_first >= FILL_MIN_REQUESTS
+        )
+    )
+    if filling or max(med) > MAX_MEDIAN_OCCUPANCY:
         return []  # still filling its batch, or a sizable batch most of the time
     peak_occ = max(occ)
     peak_kv = max(kvs) if kvs else float("nan")

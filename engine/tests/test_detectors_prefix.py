@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engine.prefixes import families_on_prefixes, first_verdict_at
+import pytest
+
+from engine.prefixes import families_at, families_on_prefixes, first_verdict_at
 from engine.store import TraceStore
 from simulator import simulate
 
@@ -44,6 +46,33 @@ def test_healthy_endpoint_is_not_underfilled_while_it_ramps_up(tmp_path: Path) -
     lo, _hi = store.time_range()
     seen = families_on_prefixes(store, (lo + cut for cut in range(60, 310, 10)))
     assert not any("underfilled_batches" in fams for fams in seen), seen
+
+
+@pytest.mark.parametrize("seed", [9, 12, 17])
+def test_a_batch_filling_slowly_from_a_few_percent_of_its_slots_is_not_underfilled(
+    tmp_path: Path, seed: int
+) -> None:
+    # These healthy endpoints start serving at 3-7% of 256 slots and fill by a third per 10 s
+    # (17 -> 23 -> 36 -> 53 running): less than 5% of the slots, so the fill test alone let
+    # their prefixes 21 s into serving read as underfilled (`proof eval --prefix-alarms`, 4 of
+    # 20 runs at 1x4 GPUs). The relative fill test (FILL_RATIO) keeps them out.
+    path = tmp_path / "healthy.jsonl"
+    simulate("healthy_inference", seed=seed, duration_s=300, nodes=1, gpus_per_node=4).write(path)
+    store = TraceStore.from_trace(path)
+    lo, _hi = store.time_range()
+    seen = families_on_prefixes(store, (lo + cut for cut in range(60, 300, 2)))
+    assert not any("underfilled_batches" in fams for fams in seen)
+
+
+def test_an_underfilled_endpoint_whose_traffic_rises_is_still_named_on_its_whole_run(
+    tmp_path: Path,
+) -> None:
+    # seed 1's traffic rises by more than a fifth through the run: the since-first fill test
+    # holds only through the first 2 min of serving (FILL_PHASE_SAMPLES), or it would hide this.
+    path = tmp_path / "under.jsonl"
+    simulate("underfilled_batches", seed=1, duration_s=300, nodes=1, gpus_per_node=4).write(path)
+    store = TraceStore.from_trace(path)
+    assert "underfilled_batches" in families_at(store, store.time_range()[1])
 
 
 def test_an_underfilled_endpoint_is_named_20_s_after_it_starts_serving(tmp_path: Path) -> None:
