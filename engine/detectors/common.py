@@ -11,7 +11,7 @@ import numpy as np
 from contract import signals
 from contract.verdicts import subject
 from engine.findings import Finding
-from engine.window import JobWindow
+from engine.window import JobWindow, StepTable
 
 # Samples a statistic needs before it says anything: 20 samples (20 s at the usual 1 s
 # interval) keeps a t-test over 10-sample blocks at two blocks or more and a median stable.
@@ -164,7 +164,11 @@ def gpu_hours(n_gpus: int, seconds: float) -> float:
 def step_seconds(w: JobWindow) -> float:
     """The job's typical iteration time from its log (time between logged steps per step, or
     the printed iteration time); NaN when the log says neither."""
-    st = w.steps
+    return table_step_seconds(w.steps)
+
+
+def table_step_seconds(st: StepTable) -> float:
+    """`step_seconds` of a table of parsed progress lines (engine.window.parse_logs)."""
     if len(st) >= 3:
         ok = np.isfinite(st.step)
         if ok.sum() >= 3:
