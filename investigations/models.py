@@ -86,6 +86,13 @@ class Incident(TenantOwned):
             operator_index("family", "category", name="inv_incident_family"),
             operator_index("confidence", name="inv_incident_confidence"),
             operator_index("subject_gpu", name="inv_incident_gpu"),
+            # The console's incident list (frontend/selectors/incidents.py): its default order
+            # (open first, newest first), and its node and category filters and first-seen
+            # sort, each an index range read in order and stopped at the page's 50 rows.
+            operator_index("state", "-last_seen", "-id", name="inv_incident_open_first"),
+            operator_index("subject_node", "-last_seen", name="inv_incident_node"),
+            operator_index("category", "state", "-last_seen", name="inv_incident_category"),
+            operator_index("first_seen", name="inv_incident_first_seen"),
         ]
 
     def __str__(self) -> str:
