@@ -10,13 +10,14 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import numpy as np
+from django.db import connection
 
 from contract import signals
 from contract.wire.encode import BatchBuilder
 from ingest import services as ingest_services
 from ingest.models import Job
 from ingest.processing import Limits, decode_batch
-from investigations import services
+from investigations import services, window_cache
 from investigations.tests.live_helpers import GPU_MODEL, job_pk, store_sim
 from tenants.context import tenant_context
 from tenants.models import Customer
@@ -103,3 +104,17 @@ def degrading_gpus(operator_id: int, seed: int = 1) -> list[str]:
 
 def recent(minutes: float) -> datetime:
     return datetime.now(UTC) - timedelta(minutes=minutes)
+
+
+def clear_process_caches() -> None:
+    """Forget what this process cached of earlier tests' data: on SQLite a rolled-back test
+    hands its ids (operators, jobs, series) out again, and a worker's window cache keyed by
+    (operator, job id) would serve the earlier test's samples."""
+    ingest_services.clear_caches()
+    window_cache.CACHE.clear()
+
+
+def by_vendor(counts: dict[str, int]) -> int:
+    """Query counts differ by database: PostgreSQL's tenant context sets and resets the
+    row-level-security settings (4 statements a context), SQLite's is a plain transaction."""
+    return counts[connection.vendor]
