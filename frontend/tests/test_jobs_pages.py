@@ -132,7 +132,9 @@ def test_job_page_shows_the_slow_rank_the_log_and_the_verdict(client: Client, a:
     assert len(losses) >= 5
     loss = specs["job-loss"]
     assert [s["label"] for s in loss["series"]] == ["loss"]
-    assert loss["series"][0]["values"] == [float(f"{v:.4g}") for v in losses]
+    shown_losses = loss["series"][0]["values"]
+    assert len(shown_losses) == len(losses)
+    assert all(abs(v - w) <= 1e-3 * max(losses) for v, w in zip(shown_losses, losses, strict=True))
     assert len(loss["x"]) == len(losses)
     for chart in ("tensor", "sm", "power", "clock", "sync"):
         spec = specs[f"job-gpu-{chart}"]
