@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -21,8 +22,11 @@ from django.test import Client
 from contract.parsers import training as tp
 from frontend.selectors import job_detail
 from ingest import selectors as ingest_selectors
+from ingest import services as ingest_services
 from ingest.models import Job, LogLine
+from ingest.storage import read_block_payloads
 from investigations import services as inv_services
+from investigations import window_cache
 from investigations.models import Incident, JobActivity, JobGpuUsage
 from investigations.pricing import UsageRow, real_price
 from investigations.selectors import real_price_for
@@ -39,6 +43,14 @@ a, b = tenant_fixtures("alpha", "bravo")
 # slow_rank seed 4 on 2 nodes x 4 GPUs: the slow rank is rank 5 (its GPU throttled); the
 # detectors call it within the 240 s run and the log is nanoGPT-style (loss every 10 steps).
 SLOW_SEED = 4
+
+
+@pytest.fixture(autouse=True)
+def _fresh_caches() -> None:
+    """Ingest's process caches of series identities start empty: on SQLite a rolled-back
+    test's row ids are given again, and a cached identity would belong to another test."""
+    ingest_selectors.clear_cache()
+    window_cache.CACHE.clear()
 
 
 def _login(client: Client, username: str) -> Client:
@@ -179,8 +191,9 @@ def raw_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
         return wrapped
 
-    blocks = ingest_selectors.read_block_payloads
-    monkeypatch.setattr(ingest_selectors, "read_block_payloads", counting("blocks", blocks))
+    monkeypatch.setattr(
+        "ingest.selectors.read_block_payloads", counting("blocks", read_block_payloads)
+    )
     catalog = ingest_selectors._raw_fetchall
     monkeypatch.setattr(ingest_selectors, "_raw_fetchall", counting("catalog", catalog))
     return seen
@@ -221,6 +234,26 @@ def test_job_page_queries_do_not_grow_with_ranks(
 # a plain psycopg cursor (`raw_reads`: not counted there); on SQLite those two are counted.
 JOB_PAGE_QUERIES = {"postgresql": 26, "sqlite": 24}
 JOB_PAGE_QUERIES_WARM = {"postgresql": 24, "sqlite": 21}
+
+
+def test_a_long_job_gets_hourly_charts_from_the_rollups(
+    client: Client, a: Tenant, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    op = a.operator.pk
+    hour = int(time.time() // 3600) * 3600 - 3600
+    sim = store_sim(op, "healthy_training", duration_s=240, seed=7, end_ts=hour + 100.0)
+    for start in (hour - 3600, hour):
+        ingest_services.build_rollups(op, start * 1000)
+    # A job "longer than the recent window": the page adds the hourly means.
+    monkeypatch.setattr(job_detail, "RECENT_S", 60.0)
+    body = _login(client, "alpha-op-admin").get(f"/jobs/{sim.jobs[0]}/").content.decode()
+    specs = _chart_specs(body)
+    tensor = specs["job-hourly-tensor"]
+    assert tensor["x"] == [hour - 3600.0, float(hour)]
+    assert [s["label"] for s in tensor["series"]] == [f"rank {r}" for r in range(4)]
+    for line in tensor["series"]:
+        assert all(v is not None and 0 < v <= 100 for v in line["values"])
+    assert "hourly rollups" in body
 
 
 def test_a_job_without_data_or_verdicts_still_shows(client: Client, a: Tenant) -> None:
