@@ -93,6 +93,8 @@ class Incident(TenantOwned):
             operator_index("subject_node", "-last_seen", name="inv_incident_node"),
             operator_index("category", "state", "-last_seen", name="inv_incident_category"),
             operator_index("first_seen", name="inv_incident_first_seen"),
+            # A customer's incidents are its jobs' (`customer_path`): read job by job, index only.
+            operator_index("job", "state", "-last_seen", name="inv_incident_job"),
         ]
 
     def __str__(self) -> str:
