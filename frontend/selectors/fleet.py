@@ -152,7 +152,7 @@ def customer_exists(principal: Principal, customer_id: int) -> bool:
         return Customer.objects.for_tenant(principal).filter(pk=customer_id).exists()
 
 
-def _holding(principal: Principal, since: datetime) -> QuerySet[Process]:
+def holding(principal: Principal, since: datetime) -> QuerySet[Process]:
     """The processes holding GPUs now: on a GPU, not exited, of a job that has not ended and
     whose data arrived since `since` (a job whose agent went quiet without an exit record
     does not hold its GPUs forever). Processes, not JobRank rows: a rank's row keeps the GPU
@@ -182,7 +182,7 @@ def _cards(principal: Principal, cutoff: datetime) -> Cards:
     gpus = Gpu.objects.for_tenant(principal).aggregate(
         n=Count("id"), reporting=Count("id", filter=Q(node__last_seen_at__gte=cutoff))
     )
-    in_use = _holding(principal, cutoff).values("gpu").distinct().count()
+    in_use = holding(principal, cutoff).values("gpu").distinct().count()
     period = price_selectors.default_period()
     price = price_selectors.period_price(principal, period)
     by_category = dict(
@@ -224,7 +224,7 @@ def _nodes(principal: Principal, filters: FleetFilters, cutoff: datetime) -> Que
     if filters.customer_id is not None:
         nodes = nodes.filter(
             Exists(
-                _holding(principal, cutoff).filter(
+                holding(principal, cutoff).filter(
                     node_id=OuterRef("pk"), job__customer_id=filters.customer_id
                 )
             )
@@ -232,12 +232,12 @@ def _nodes(principal: Principal, filters: FleetFilters, cutoff: datetime) -> Que
     return nodes
 
 
-def _jobs_on(
+def jobs_holding(
     principal: Principal, gpus: Iterable[str], cutoff: datetime
 ) -> dict[str, tuple[str, str | None]]:
     """GPU uuid → (job id, customer name) of the job holding it now."""
     rows = (
-        _holding(principal, cutoff)
+        holding(principal, cutoff)
         .filter(gpu__in=list(gpus))
         .values_list("gpu", "job__job_id", "job__customer__name")
     )
@@ -287,7 +287,7 @@ def _heat_map(
         if uuids
         else {}
     )
-    jobs = _jobs_on(principal, uuids, cutoff) if uuids else {}
+    jobs = jobs_holding(principal, uuids, cutoff) if uuids else {}
     hostnames = [n.hostname for n in nodes]
     on_gpu: dict[str, list[str]] = {}
     on_node: dict[str, list[str]] = {}
@@ -355,7 +355,7 @@ def _idle(
         .filter(uuid__in=uuids)
         .values_list("uuid", "node__hostname", "index", "model")
     }
-    jobs = _jobs_on(principal, uuids, cutoff)
+    jobs = jobs_holding(principal, uuids, cutoff)
     return total, [
         IdleRow(
             h.gpu,
