@@ -12,7 +12,13 @@ from typing import ClassVar
 
 from django.db import models
 
-from tenants.models import Customer, TenantOwned, operator_index, unique_per_operator
+from tenants.models import (
+    AgentToken,
+    Customer,
+    TenantOwned,
+    operator_index,
+    unique_per_operator,
+)
 
 
 class Node(TenantOwned):
@@ -21,6 +27,11 @@ class Node(TenantOwned):
     agent_version = models.CharField(max_length=64, blank=True, default="")
     registered_at = models.DateTimeField(null=True, blank=True)
     last_seen_at = models.DateTimeField(null=True, blank=True)
+    # The agent token the node's agent last registered with: which nodes a token serves (the
+    # settings' agents page), and so what revoking it cuts off.
+    agent_token = models.ForeignKey(
+        AgentToken, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
 
     class Meta:
         constraints = [unique_per_operator("hostname", name="ingest_node_unique")]
