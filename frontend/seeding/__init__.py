@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from frontend.seeding import bulk
 from frontend.seeding import fleet as fleet_seed
 from frontend.seeding import series as series_seed
 from frontend.seeding import verdicts as verdict_seed
@@ -364,4 +365,9 @@ def seed_console(
         f"{slug}-other", "Other GPU Cloud", other_sizes, password, rng, now, other_clock
     )
     seconds["second operator"] = sum(other_clock.seconds.values())
+    from tenants.rls import tenant_tables
+
+    clock.t = time.perf_counter()
+    bulk.analyze(sorted(tenant_tables()))
+    clock.lap("ANALYZE")
     return SeedResult(main, other, seconds)
