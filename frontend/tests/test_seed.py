@@ -29,7 +29,7 @@ def sizes() -> SeedSizes:
 
 @pytest.fixture
 def seeded(sizes: SeedSizes) -> SeedResult:
-    return seed_console(sizes, slug="seedtest")
+    return seed_console(sizes, slug="seedtest", analyze=False)
 
 
 def test_tiny_seed_has_every_kind_of_row(seeded: SeedResult, sizes: SeedSizes) -> None:

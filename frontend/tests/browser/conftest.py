@@ -49,7 +49,7 @@ def screenshot_sizes() -> SeedSizes:
 @pytest.fixture
 def seeded(transactional_db: None) -> SeedResult:
     sizes = screenshot_sizes() if SCREENSHOTS else SeedSizes.tiny()
-    return seed_console(sizes, slug="browser")
+    return seed_console(sizes, slug="browser", analyze=False)
 
 
 @contextmanager
