@@ -44,7 +44,7 @@ from contract import limits as L
 from contract.wire import ingest_pb2, ingest_pb2_grpc
 from ingest import metrics, services
 from ingest.processing import BatchRejected, DecodedBatch, Limits, decode_batch
-from tenants.services import resolve_agent_token
+from tenants.services import resolve_agent_token, resolve_agent_token_ids
 
 log = logging.getLogger(__name__)
 
@@ -333,18 +333,29 @@ class IngestServicer(ingest_pb2_grpc.IngestServicer):  # type: ignore[misc]
             self._rechecked[token] = (operator_id, now)
         return operator_id
 
+    @staticmethod
+    def _refuse(context: grpc.ServicerContext) -> None:
+        metrics.AUTH_FAILURES.inc()
+        context.abort(
+            grpc.StatusCode.UNAUTHENTICATED,
+            "missing, unknown or revoked agent token (send 'authorization: Bearer <token>')",
+        )
+
     def _authenticate(self, context: grpc.ServicerContext) -> int:
         operator_id = self._resolve(_bearer(context))
         if operator_id is None:
-            metrics.AUTH_FAILURES.inc()
-            context.abort(
-                grpc.StatusCode.UNAUTHENTICATED,
-                "missing, unknown or revoked agent token (send 'authorization: Bearer <token>')",
-            )
+            self._refuse(context)
         return int(operator_id)  # type: ignore[arg-type]
 
     def Register(self, request: Any, context: grpc.ServicerContext) -> Any:
-        operator_id = self._authenticate(context)
+        # The token's id too: the node records which token its agent registered with.
+        try:
+            ids = resolve_agent_token_ids(_bearer(context))
+        finally:
+            connections.close_all()
+        if ids is None:
+            self._refuse(context)
+        operator_id, token_id = ids  # type: ignore[misc]
         if not request.agent_id or not request.hostname:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "agent_id and hostname are required")
         # Cleaned exactly as the agent cleans the same values in its records (contract/limits.py),
@@ -368,6 +379,7 @@ class IngestServicer(ingest_pb2_grpc.IngestServicer):  # type: ignore[misc]
                 hostname=L.clean_identifier(request.hostname, L.MAX_NODE_CHARS),
                 agent_version=L.clean_text(request.agent_version, 64),
                 gpus=gpus,
+                agent_token_id=token_id,
             )
         finally:
             connections.close_all()

@@ -123,19 +123,22 @@ def register_agent(
     agent_version: str,
     gpus: Iterable[dict[str, Any]],
     now: datetime | None = None,
+    agent_token_id: int | None = None,
 ) -> tuple[str, int]:
-    """Record the node and its GPUs; returns (session id, highest stored sequence)."""
+    """Record the node and its GPUs (and the agent token it registered with, when known);
+    returns (session id, highest stored sequence)."""
     now = now or datetime.now(UTC)
+    node_fields: dict[str, Any] = {
+        "agent_id": agent_id,
+        "agent_version": agent_version,
+        "registered_at": now,
+        "last_seen_at": now,
+    }
+    if agent_token_id is not None:
+        node_fields["agent_token_id"] = agent_token_id
     with tenant_context(operator_id):
         node, _ = Node.objects.update_or_create(
-            operator_id=operator_id,
-            hostname=hostname,
-            defaults={
-                "agent_id": agent_id,
-                "agent_version": agent_version,
-                "registered_at": now,
-                "last_seen_at": now,
-            },
+            operator_id=operator_id, hostname=hostname, defaults=node_fields
         )
         for gpu in gpus:
             Gpu.objects.update_or_create(

@@ -318,6 +318,12 @@ def resolve_agent_token(plaintext: str) -> int | None:
     Ingest calls this for every stream: the tenant of telemetry comes from here, never
     from the payload.
     """
+    ids = resolve_agent_token_ids(plaintext)
+    return None if ids is None else ids[0]
+
+
+def resolve_agent_token_ids(plaintext: str) -> tuple[int, int] | None:
+    """(operator id, token id) of an agent token; None if unknown or revoked."""
     if not plaintext or not plaintext.startswith(AGENT_TOKEN_KIND + "_"):
         return None
     with system_context():
@@ -330,7 +336,7 @@ def resolve_agent_token(plaintext: str) -> int | None:
             return None
         pk, operator_id, last_used = row
         _touch(AgentToken, pk, last_used)
-    return int(operator_id)
+    return int(operator_id), int(pk)
 
 
 # --- job-to-customer mapping ----------------------------------------------------------------

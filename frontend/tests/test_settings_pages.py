@@ -37,7 +37,13 @@ ADMIN_PAGES = ["/settings/", "/settings/users/", "/settings/api-tokens/"]
 
 
 def register_node(
-    tenant: Tenant, hostname: str, *, gpus: int, version: str = "1.4.0", model: str = H100
+    tenant: Tenant,
+    hostname: str,
+    *,
+    gpus: int,
+    version: str = "1.4.0",
+    model: str = H100,
+    token_id: int | None = None,
 ) -> None:
     """A node's agent registering its GPUs, through ingest's own registration."""
     ingest_services.register_agent(
@@ -46,6 +52,7 @@ def register_node(
         hostname=hostname,
         agent_version=version,
         gpus=[{"uuid": f"GPU-{hostname}-{i}", "index": i, "model": model} for i in range(gpus)],
+        agent_token_id=token_id,
     )
 
 
@@ -321,15 +328,17 @@ def test_edit_and_delete_rule(client: Client, a: Tenant) -> None:
 def test_agents_page_lists_tokens_versions_and_agents_of_this_operator_only(
     client: Client, a: Tenant, b: Tenant
 ) -> None:
-    register_node(a, "alpha-n1", gpus=8, version="1.4.0")
+    rack, plaintext = services.do_create_agent_token(a.principal(a.operator_admin), name="rack 12")
+    bravo_rack, _ = services.do_create_agent_token(b.principal(b.operator_admin), name="bravo rack")
+    register_node(a, "alpha-n1", gpus=8, version="1.4.0", token_id=rack.pk)
     register_node(a, "alpha-n2", gpus=4, version="1.3.2")
-    register_node(a, "alpha-n3", gpus=8, version="1.4.0")
-    register_node(b, "bravo-n1", gpus=8, version="9.9.9")
-    _, plaintext = services.do_create_agent_token(a.principal(a.operator_admin), name="rack 12")
-    services.do_create_agent_token(b.principal(b.operator_admin), name="bravo rack")
+    register_node(a, "alpha-n3", gpus=8, version="1.4.0", token_id=rack.pk)
+    register_node(b, "bravo-n1", gpus=8, version="9.9.9", token_id=bravo_rack.pk)
     assert services.resolve_agent_token(plaintext) == a.operator.pk  # an agent connecting
     body = body_of(sign_in(client, a.operator_admin).get("/settings/agents/"))
     assert "rack 12" in body and "never" not in body.split('data-testid="agent-versions"')[0]
+    # the nodes whose agent registered with the token (alpha-n2's registered without one)
+    assert '<td class="num" data-testid="token-nodes">2</td>' in body
     versions = body.split('data-testid="agent-versions"')[1].split("</table>")[0]
     assert '<code>1.4.0</code></td><td class="num">2</td><td class="num">0</td>' in versions
     assert '<code>1.3.2</code></td><td class="num">1</td>' in versions
@@ -468,7 +477,8 @@ PAGE_QUERIES = {
     "/settings/": 0,
     "/settings/customers/": 5,  # count, the page, its members, rules and jobs (a GROUP BY each)
     "/settings/rules/": 3,  # the form's customers, count, the page (customer joined)
-    "/settings/agents/": 5,  # tokens, versions (one GROUP BY), count, the page, its GPUs
+    "/settings/agents/": 6,  # tokens, nodes per token and versions (a GROUP BY each), count,
+    # the page, its GPUs
     "/settings/prices/": 2,  # the prices, the fleet's models (one GROUP BY)
 }
 

@@ -21,7 +21,7 @@ from prometheus_client import REGISTRY
 from contract.wire import ingest_pb2, ingest_pb2_grpc
 from contract.wire.client import BatchSender, open_channel
 from ingest import selectors, services
-from ingest.models import BatchReceipt, Gpu
+from ingest.models import BatchReceipt, Gpu, Node
 from ingest.processing import Limits
 from ingest.server import IngestServer, IngestServicer
 from ingest.storage import BLOCK_TABLE
@@ -88,6 +88,10 @@ def test_unknown_and_revoked_tokens_are_refused(server: IngestServer) -> None:
                 stub.Register(request, metadata=metadata)
             assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED
         assert stub.Register(request, metadata=(("authorization", f"Bearer {plaintext}"),))
+        with tenant_context(tenant.operator.pk):  # the node records the token it came with
+            assert Node.objects.for_tenant(tenant.operator.pk).get(hostname="h").agent_token_id == (
+                token.pk
+            )
         tenant_services.do_revoke_agent_token(tenant.principal(tenant.operator_admin), token.pk)
         with pytest.raises(grpc.RpcError) as info:
             stub.Register(request, metadata=(("authorization", f"Bearer {plaintext}"),))
