@@ -19,6 +19,8 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from dataclasses import fields as dc_fields
+from datetime import UTC, datetime
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -182,11 +184,11 @@ class LaneRow:
     compute: list[float]  # per step: share of the step computing (the rest: waiting)
     slowest: list[bool]  # per step: this rank was the slowest (the others waited for it)
 
-    @property
+    @cached_property
     def mean_compute(self) -> float:
         return float(np.mean(self.compute)) if self.compute else 0.0
 
-    @property
+    @cached_property
     def slowest_steps(self) -> int:
         return sum(self.slowest)
 
@@ -198,17 +200,17 @@ class LaneRow:
                 parts.append(f"M{i} 100v-{h}h0.86v{h}z")
         return "".join(parts)
 
-    @property
+    @cached_property
     def compute_path(self) -> str:
         """SVG path (viewBox 0 0 steps 100) of the compute bars of the steps it was not slowest."""
         return self._bars(False)
 
-    @property
+    @cached_property
     def slowest_path(self) -> str:
         """…and of the steps it was the slowest, drawn in the marking colour."""
         return self._bars(True)
 
-    @property
+    @cached_property
     def compute_csv(self) -> str:
         return ",".join(f"{c:.3f}" for c in self.compute)
 
@@ -222,21 +224,21 @@ class Lanes:
     step_s: float | None  # the log's step time, where it gives one
     source: str  # the signal the shares come from
 
-    @property
+    @cached_property
     def steps(self) -> int:
         return len(self.step_start)
 
-    @property
+    @cached_property
     def bar_s(self) -> float:
         """Seconds of data behind one bar: a step's samples, or one sample when the job steps
         faster than it is sampled (the detectors then compare ranks sample by sample too)."""
         return self.samples_per_step * self.sample_s
 
-    @property
+    @cached_property
     def source_label(self) -> str:
         return _SOURCE_LABELS.get(self.source, self.source)
 
-    @property
+    @cached_property
     def slowest_rank(self) -> list[int | None]:
         """Per step, the slowest rank (None when every rank read the same)."""
         out: list[int | None] = [None] * self.steps
@@ -246,7 +248,7 @@ class Lanes:
                     out[i] = row.rank
         return out
 
-    @property
+    @cached_property
     def most_often_slowest(self) -> LaneRow | None:
         best = max(self.rows, key=lambda r: r.slowest_steps, default=None)
         return best if best is not None and best.slowest_steps else None
@@ -487,8 +489,22 @@ class ShownLine:
     def parsed(self) -> bool:
         return self.kind is not None
 
+    @property
+    def time_text(self) -> str:
+        """HH:MM:SS.mmm UTC, the line's data time (the page's header gives the date)."""
+        return datetime.fromtimestamp(self.ts, UTC).strftime("%H:%M:%S.%f")[:-3]
 
-_NOT_SHOWN = {"kind", "framework"}
+    @property
+    def read_text(self) -> str:
+        """What the parser read, as one string: the page has 200 of these, and one template
+        variable per line renders several times faster than a loop over the fields."""
+        return " · ".join(f"{name} {value}" for name, value in self.read)
+
+
+# The ParsedLine fields shown (all but which kind and framework: the kind is shown apart).
+_SHOWN_FIELDS = tuple(
+    f.name for f in dc_fields(tp.ParsedLine) if f.name not in {"kind", "framework"}
+)
 
 
 def _fmt(value: Any) -> str:
@@ -514,11 +530,8 @@ def shown_log(
         if p is None:
             out.append(ShownLine(row.ts, row.node, row.rank, row.stream, row.line))
             continue
-        read = [
-            (f.name.replace("_", " "), _fmt(getattr(p, f.name)))
-            for f in dc_fields(p)
-            if f.name not in _NOT_SHOWN and getattr(p, f.name) is not None
-        ]
+        values = ((name, getattr(p, name)) for name in _SHOWN_FIELDS)
+        read = [(name.replace("_", " "), _fmt(v)) for name, v in values if v is not None]
         out.append(ShownLine(row.ts, row.node, row.rank, row.stream, row.line, p.kind, read))
     return out
 
