@@ -5,7 +5,8 @@
  *                 "unit": "%", "color": "#0b6e4f" (optional)}],
  *     "interval": [t0, t1] or null,   shaded: the evidence interval
  *     "baseline": number or null,     dashed line: the baseline the evidence is measured against
- *     "y_label": "..." (optional) }
+ *     "y_label": "..." (optional),
+ *     "y_format": "exp" (optional: exponent notation, for values like a learning rate) }
  * class="chart small" draws a sparkline (no axes, no legend) for table rows.
  * Pages stay readable without JavaScript: the numbers are in the page's tables. */
 (function () {
@@ -48,16 +49,22 @@
     var small = el.classList.contains("small");
     var width = el.clientWidth || (small ? 260 : 800);
     var height = parseInt(el.getAttribute("data-height") || (small ? "70" : "180"), 10);
+    // spec.y_format "exp" (optional): values too small for fixed decimals (a learning rate
+    // of 3e-4) read in exponent notation on the axis and in the legend.
+    var exp = spec.y_format === "exp";
+    function num(v) { return exp ? v.toExponential(2) : v.toFixed(2); }
+    var yAxis = { label: spec.y_label || "" };
+    if (exp) yAxis.values = function (u, vals) { return vals.map(function (v) { return v === null ? "" : v.toExponential(2); }); };
     var data = [spec.x].concat(spec.series.map(function (s) { return s.values; }));
     var series = [{}].concat(spec.series.map(function (s, i) {
       return { label: s.label, stroke: s.color || PALETTE[i % PALETTE.length], width: small ? 1 : 1.5,
-               spanGaps: false, value: function (u, v) { return v === null ? "–" : v.toFixed(2) + (s.unit || ""); } };
+               spanGaps: false, value: function (u, v) { return v === null ? "–" : num(v) + (s.unit || ""); } };
     }));
     var opts = {
       width: width, height: height, series: series,
       legend: { show: !small },
       cursor: { show: !small },
-      axes: small ? [{ show: false }, { show: false }] : [{}, { label: spec.y_label || "" }],
+      axes: small ? [{ show: false }, { show: false }] : [{}, yAxis],
       hooks: { drawClear: [shade(spec.interval)], draw: [baseline(spec.baseline)] }
     };
     if (small) { opts.padding = [2, 2, 2, 2]; }
