@@ -52,7 +52,7 @@ from engine.window import (
     parse_logs,
 )
 from ingest import selectors as ingest_selectors
-from ingest.models import Gpu, Job, JobRank, LogLine, SeriesRollup
+from ingest.models import Gpu, Job, LogLine, Process, SeriesRollup
 from investigations.models import Incident, IncidentState, JobActivity
 from investigations.pricing import RealPrice
 from investigations.selectors import real_price_for
@@ -361,7 +361,7 @@ def downsample(
 def _spec(
     x: np.ndarray, lines: Sequence[tuple[str, np.ndarray, str]], y_label: str
 ) -> dict[str, Any]:
-    return {
+    spec = {
         "x": np.round(np.ascontiguousarray(x, dtype=np.float64), 3),
         "series": [
             {"label": label, "values": _rounded(values), "unit": unit}
@@ -371,6 +371,11 @@ def _spec(
         "baseline": None,
         "y_label": y_label,
     }
+    finite = [np.abs(v[np.isfinite(v)]) for _, v, _ in lines]
+    top = max((float(f.max()) for f in finite if len(f)), default=0.0)
+    if 0 < top < 0.01:  # a learning rate: fixed decimals would read 0.00
+        spec["y_format"] = "exp"
+    return spec
 
 
 def _step_time_s(st: StepTable) -> np.ndarray:
@@ -601,10 +606,13 @@ def recent_seconds(steps: StepTable) -> float:
 
 def _job_gpus(operator_id: int, job: Job) -> dict[str, tuple[str, int | None, str]]:
     """The job's GPUs as registered (uuid → node, index, model), in one query. Read by
-    operator: the caller has already checked the principal may see the job."""
+    operator: the caller has already checked the principal may see the job. The GPUs are
+    its processes' (`JobRank.gpu` can be blank: a rank's input-worker processes, which hold
+    no GPU, are recorded on the same rank)."""
+    held = Process.objects.for_tenant(operator_id).filter(job=job).exclude(gpu="").values("gpu")
     rows = (
         Gpu.objects.for_tenant(operator_id)
-        .filter(uuid__in=JobRank.objects.for_tenant(operator_id).filter(job=job).values("gpu"))
+        .filter(uuid__in=held)
         .values_list("uuid", "node__hostname", "index", "model")
     )
     return {uuid: (node or "", index, model or "") for uuid, node, index, model in rows}

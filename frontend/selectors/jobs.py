@@ -30,7 +30,7 @@ from django.db.models import (
 )
 from django.db.models.functions import Cast, Coalesce, NullIf
 
-from ingest.models import Job, JobRank, JobState
+from ingest.models import Job, JobState, Process
 from investigations.models import Incident, IncidentState, JobActivity, JobGpuUsage
 from investigations.pricing import RealPrice, UsageRow, real_price
 from investigations.selectors import list_prices
@@ -190,10 +190,12 @@ def annotated_jobs(principal: Principal) -> QuerySet[Job]:
         Job.objects.for_tenant(principal)
         .select_related("customer")
         .annotate(
+            # Of its processes, not JobRank: a rank's input workers (no GPU) are recorded on
+            # the same rank and can leave JobRank.gpu blank.
             gpu_count=Coalesce(
-                _count_of(JobRank, Count("gpu", distinct=True), gpu__gt=""), F("world_size")
+                _count_of(Process, Count("gpu", distinct=True), gpu__gt=""), F("world_size")
             ),
-            node_count=_count_of(JobRank, Count("node", distinct=True)),
+            node_count=_count_of(Process, Count("node", distinct=True)),
             duration_s=Subquery(activity.values("d")[:1], output_field=FloatField()),
             share=Subquery(share, output_field=FloatField()),
             open_incidents=Coalesce(

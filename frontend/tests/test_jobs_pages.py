@@ -168,6 +168,9 @@ def test_job_page_shows_the_slow_rank_the_log_and_the_verdict(client: Client, a:
     last_progress = next(p for p in reversed(parsed) if p is not None and p.kind == tp.PROGRESS)
     assert f"· loss {last_progress.loss:.4g}" in body
 
+    # The ranks' GPUs as their agents registered them.
+    assert body.count(f"<td>{GPU_MODEL}</td>") == 8
+
     # The verdict, linked to its incident page.
     assert f'href="/incidents/{incident.public_id}/"' in body
     assert "slow_rank" in body
