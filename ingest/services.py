@@ -514,17 +514,23 @@ def _store_processes(
             process.cmd = r["cmd"]
         process.save()
         if job_id is not None and r["rank"] is not None:
-            JobRank.objects.update_or_create(
-                operator_id=operator_id,
-                job_id=job_id,
-                rank=r["rank"],
-                defaults={
-                    "local_rank": r["local_rank"],
-                    "node_id": node_ids[r["node"]],
-                    "gpu": r["gpu"],
-                    "pid": r["pid"],
-                },
-            )
+            rank_fields = {
+                "local_rank": r["local_rank"],
+                "node_id": node_ids[r["node"]],
+                "gpu": r["gpu"],
+                "pid": r["pid"],
+            }
+            # A rank's input workers (DataLoader processes) inherit its RANK but hold no GPU:
+            # they name the rank only until its GPU process does, and never replace it (the
+            # rank's GPU selects the job's GPU series that carry no job id).
+            if r["gpu"]:
+                JobRank.objects.update_or_create(
+                    operator_id=operator_id, job_id=job_id, rank=r["rank"], defaults=rank_fields
+                )
+            else:
+                JobRank.objects.get_or_create(
+                    operator_id=operator_id, job_id=job_id, rank=r["rank"], defaults=rank_fields
+                )
     ended_jobs: set[int] = set()
     for r in sorted(batch.exits, key=lambda r: (r["node"], r["pid"])):
         ended = _dt(r["ts_us"])

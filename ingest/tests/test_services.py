@@ -123,6 +123,17 @@ def test_job_is_attributed_to_customer_by_mapping_rule_and_inventory_updated() -
             "gpu": "GPU-node-a-1",
             "cmd": ["python", "train.py"],
         },
+        # its DataLoader worker: the rank's RANK, no GPU (it must not take the rank's place)
+        {
+            "type": "process",
+            "ts": now - 4,
+            "node": "node-a",
+            "pid": 101,
+            "job": "4242",
+            "rank": 1,
+            "local_rank": 1,
+            "cmd": ["python", "train.py"],
+        },
         {"type": "exit", "ts": now - 1, "node": "node-a", "pid": 100, "exit_code": 0},
         {
             "type": "log",
