@@ -35,11 +35,11 @@ import math
 import warnings
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from django.db.models import Case, Q, Value, When
+from django.db.models import Q
 
 from contract import signals
 from contract.parsers import training as tp
@@ -50,10 +50,12 @@ from investigations.models import Incident, JobActivity
 from tenants.access import Principal
 
 # A row's chart spans its interval ± twice its length, at least ±60 s (an instant's event
-# still shows what came before and after), at most ±15 min (a 30-min window's clearance row:
-# an hour in all, the block read stays bounded by the evaluation window, not the job's age).
+# still shows what came before and after), at most ±5 min: a clearance row covers the whole
+# evaluation window (up to 30 min), and the page's one block read spans every row's window,
+# so the read stays the evaluation window and 10 min (a 1-node job: ~240 blocks, ~50 ms of
+# decoding), never the job's age.
 MIN_PAD_S = 60.0
-MAX_PAD_S = 900.0
+MAX_PAD_S = 300.0
 # A sparkline is 260 px wide: more points than this draw nothing more.
 MAX_POINTS = 150
 # More lines than this in one sparkline are unreadable: the job's lines are averaged instead.
@@ -91,6 +93,7 @@ class EvidenceRow:
     source: str  # "series", "events", "log", "value": what the chart draws
     baseline_source: str  # "verdict", "others", "before", "count before", "" (none)
     lines: int = 0
+    place: list[dict[str, str]] = field(default_factory=list)  # node · GPU · rank, linked
 
     @property
     def interval(self) -> tuple[float, float]:
@@ -186,13 +189,23 @@ def _plan(
 
 
 class _JobScope:
-    """The incident job's GPUs and nodes as subqueries (no query of their own)."""
+    """The incident job's GPUs and nodes (one query, read when a row needs them)."""
 
     def __init__(self, operator_id: int, job_pk: int | None) -> None:
-        ranks = JobRank.objects.for_tenant(operator_id).filter(job_id=job_pk or 0)
-        self.gpus = ranks.exclude(gpu="").values("gpu")
-        self.nodes = ranks.filter(node__isnull=False).values("node_id")
         self.job_pk = job_pk
+        self.gpus: set[str] = set()
+        self.nodes: set[int] = set()
+        if job_pk is None:
+            return
+        for gpu, node_id in (
+            JobRank.objects.for_tenant(operator_id)
+            .filter(job_id=job_pk)
+            .values_list("gpu", "node_id")
+        ):
+            if gpu:
+                self.gpus.add(str(gpu))
+            if node_id is not None:
+                self.nodes.add(int(node_id))
 
     def series(self) -> Q:
         """Every series of the job: its own, and its GPUs' and nodes' without a job key."""
@@ -200,27 +213,57 @@ class _JobScope:
             return Q(pk__in=[])
         return (
             Q(job_id=self.job_pk)
-            | Q(job__isnull=True, gpu__in=self.gpus)
-            | Q(job__isnull=True, gpu="", pid__isnull=True, node_id__in=self.nodes)
+            | Q(job__isnull=True, gpu__in=sorted(self.gpus))
+            | Q(job__isnull=True, gpu="", pid__isnull=True, node_id__in=sorted(self.nodes))
         )
 
+    def holds(self, job_pk: int | None, gpu: str, pid: int | None, node_id: int | None) -> bool:
+        """Whether a series (by its keys) is one of `series()`'s."""
+        if self.job_pk is None:
+            return False
+        if job_pk is not None:
+            return job_pk == self.job_pk
+        if gpu:
+            return gpu in self.gpus
+        return pid is None and node_id in self.nodes
 
-def _series_query(plan: _Plan, scope: _JobScope) -> Q:
+
+def _selectors(plan: _Plan) -> list[tuple[str, str]]:
+    """Which of the page's series reads a row needs, as (scope, key) pairs: ("job", "") the
+    incident job's series, ("gpu", uuid), ("node", hostname), ("job_id", another job's id)."""
     row = plan.row
-    q = Q(name=plan.base)
     gpu, rank, node = row.get("gpu"), row.get("rank"), row.get("node")
-    own_job = Q(job_id=plan.job_pk) if plan.job_pk is not None else Q(job__job_id=plan.job_id)
+    in_job = [("job", "")] if plan.job_pk is not None else []
+    other_job = [("job_id", str(plan.job_id))] if plan.job_pk is None and plan.job_id else []
     if gpu:
         # The GPU's whole signal (keyed by the job while it ran, unkeyed between jobs), and the
         # job's other GPUs for the peers' median.
-        return q & (Q(gpu=gpu) | (scope.series() if plan.job_pk is not None else Q(pk__in=[])))
+        return [("gpu", str(gpu)), *in_job]
     if rank is not None and plan.job_id:
-        return q & (own_job if plan.job_pk is None else scope.series())
+        return in_job or other_job
     if node:
-        return q & Q(node__hostname=node)
-    if plan.job_pk is not None:
-        return q & scope.series()
-    return q & own_job if plan.job_id else Q(pk__in=[])
+        return [("node", str(node))]
+    return in_job or other_job
+
+
+def _series_filter(plans: list[_Plan], scope: _JobScope) -> Q:
+    """One filter for every series row's reads: the names wanted per scope, OR-ed."""
+    names: dict[tuple[str, str], set[str]] = {}
+    for plan in plans:
+        for selector in _selectors(plan):
+            names.setdefault(selector, set()).add(plan.base)
+    query = Q(pk__in=[])
+    for (kind, key), wanted in sorted(names.items()):
+        by_name = Q(name__in=sorted(wanted))
+        if kind == "job":
+            query |= by_name & scope.series()
+        elif kind == "gpu":
+            query |= by_name & Q(gpu=key)
+        elif kind == "node":
+            query |= by_name & Q(node__hostname=key)
+        else:
+            query |= by_name & Q(job__job_id=key)
+    return query
 
 
 def _line_key(info: SeriesInfo) -> tuple[Any, ...]:
@@ -328,11 +371,14 @@ def _ffill(values: np.ndarray) -> np.ndarray:
 
 
 def _jsonable(values: np.ndarray) -> list[float | None]:
-    return [round(float(v), 6) if math.isfinite(v) else None for v in values]
+    """Values as JSON can hold them: rounded, with None for a gap (NaN is not JSON)."""
+    rounded = np.round(np.where(np.isfinite(values), values, np.nan), 6).tolist()
+    return [None if v != v else v for v in rounded]
 
 
 def _spacing(ts: np.ndarray) -> float:
-    return float(np.median(np.diff(ts))) if len(ts) > 2 else 0.0
+    """A line's typical sampling interval (its mean: the lines are sorted in time)."""
+    return float(ts[-1] - ts[0]) / (len(ts) - 1) if len(ts) > 2 else 0.0
 
 
 def _baseline_from(
@@ -525,17 +571,13 @@ def _read_series(
     wanted = [p for p in plans if p.kind == "series"]
     if not wanted:
         return {}
-    query = Q(pk__in=[])
-    for plan in wanted:
-        query |= _series_query(plan, scope)
-    qs = Series.objects.for_tenant(principal.operator_id).filter(query)
+    qs = Series.objects.for_tenant(principal.operator_id).filter(_series_filter(wanted, scope))
     if principal.customer_id is not None:
         # Read in the operator's scope (the job's GPUs' unkeyed series have no customer), so
         # narrowed here to the job's own data and the customer's other jobs (module doc).
         qs = qs.filter(scope.series() | Q(job__customer_id=principal.customer_id))
-    in_job = Case(When(scope.series(), then=Value(True)), default=Value(False))
     rows = list(
-        qs.annotate(in_job=in_job).values_list(
+        qs.values_list(
             "id",
             "name",
             "node_id",
@@ -543,22 +585,22 @@ def _read_series(
             "gpu",
             "gpu_index",
             "pid",
+            "job_id",
             "job__job_id",
             "rank",
             "local_rank",
             "labels",
-            "in_job",
         )
     )
     infos: dict[int, SeriesInfo] = {}
     of_job: dict[int, bool] = {}
     node_ids: set[int] = set()
-    for sid, name, node_id, host, gpu, gidx, pid, job, rank, lrank, labels, job_flag in rows:
+    for sid, name, node_id, host, gpu, gidx, pid, job_pk, job, rank, lrank, labels in rows:
         labels_dict = labels if isinstance(labels, dict) else None
         infos[int(sid)] = SeriesInfo(
             name, host or "", gpu or "", gidx, pid, job or "", rank, lrank, labels_key(labels_dict)
         )
-        of_job[int(sid)] = bool(job_flag)
+        of_job[int(sid)] = scope.holds(job_pk, gpu or "", pid, node_id)
         if node_id is not None:
             node_ids.add(int(node_id))
     if not infos:
@@ -574,7 +616,7 @@ def _read_series(
 
 def _belongs(plan: _Plan, info: SeriesInfo, in_job: bool) -> bool:
     """Whether a series read for the page belongs to this row's chart: the Python twin of
-    _series_query over the catalog rows (the page reads every row's series together)."""
+    _selectors over the catalog rows (the page reads every row's series together)."""
     if info.name != plan.base:
         return False
     row = plan.row
@@ -634,16 +676,21 @@ def _read_events(
         elif row.get("node"):
             q &= Q(node__hostname=row["node"])
         elif scope.job_pk is not None:
-            q &= Q(job_id=scope.job_pk) | Q(gpu__in=scope.gpus) | Q(node_id__in=scope.nodes)
+            q &= (
+                Q(job_id=scope.job_pk)
+                | Q(gpu__in=sorted(scope.gpus))
+                | Q(node_id__in=sorted(scope.nodes))
+            )
         else:
             continue
         query |= q
     qs = Event.objects.for_tenant(principal.operator_id).filter(query)
     if principal.customer_id is not None:
+        # Events of the job, of its GPUs, and of its nodes themselves (not of their other GPUs).
         qs = qs.filter(
             Q(job_id=scope.job_pk)
-            | Q(job__isnull=True, gpu__in=scope.gpus)
-            | Q(job__isnull=True, node_id__in=scope.nodes)
+            | Q(job__isnull=True, gpu__in=sorted(scope.gpus))
+            | Q(job__isnull=True, gpu="", node_id__in=sorted(scope.nodes))
         )
     return [
         (ts / 1e6, name, host or "", gpu or "")

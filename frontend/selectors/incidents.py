@@ -22,6 +22,7 @@ from urllib.parse import urlencode
 
 from django.db.models import OuterRef, Subquery
 from django.http import Http404
+from django.urls import reverse
 
 from contract.verdicts import verdict_schema
 from frontend.selectors import incident_charts
@@ -43,6 +44,7 @@ CATEGORIES: tuple[str, ...] = ("job", "infrastructure")
 STATES: tuple[str, ...] = tuple(IncidentState.values)
 # The checks a verdict's `cleared` list may hold (docs/design.md §7), in the page's order.
 CHECKS: tuple[str, ...] = ("hardware", "fabric", "storage", "job")
+BADGES = {"job": "JOB", "infrastructure": "INFRASTRUCTURE"}
 
 
 class BadParameter(ValueError):
@@ -165,6 +167,24 @@ class IncidentRow:
     slowdown_pct: float | None
     gpu_hours_lost: float | None
     money_lost: Money | None
+
+    # Formatted here rather than with template filters: 50 rows × several filters was a
+    # measurable share of the page's time.
+    @property
+    def badge(self) -> str:
+        return BADGES.get(self.category, self.category.upper())
+
+    @property
+    def slowdown_text(self) -> str:
+        return "–" if self.slowdown_pct is None else f"{self.slowdown_pct:.1f}%"
+
+    @property
+    def gpu_hours_text(self) -> str:
+        return "–" if self.gpu_hours_lost is None else f"{self.gpu_hours_lost:,.3f}"
+
+    @property
+    def gpu_short(self) -> str:
+        return self.subject_gpu if len(self.subject_gpu) <= 16 else self.subject_gpu[:15] + "…"
 
 
 @dataclass(frozen=True)
@@ -381,7 +401,7 @@ class IncidentDetail:
     evidence: list[incident_charts.EvidenceRow]
     cleared: list[ClearedCheck]
     revisions: list[Revision]
-    links_to_fleet: bool
+    subject_place: list[dict[str, str]]
 
 
 def _revisions(principal: Principal, incident: Incident) -> list[Revision]:
@@ -431,6 +451,25 @@ def _cleared(verdict: Mapping[str, Any], by_id: Mapping[str, dict[str, Any]]) ->
     return out
 
 
+def place_parts(place: Mapping[str, Any], fleet_url: str | None) -> list[dict[str, str]]:
+    """Where a subject or an evidence row is — node, GPU, rank — as parts to show, each with
+    its link to the fleet page where the principal may open it (`fleet_url`: operators).
+    Node names are shown as stored: there is no per-customer node naming to apply."""
+    node, gpu, rank = place.get("node"), place.get("gpu"), place.get("rank")
+    parts: list[dict[str, str]] = []
+    if node:
+        href = f"{fleet_url}?{urlencode({'node': node})}" if fleet_url else ""
+        parts.append({"text": str(node), "href": href, "title": ""})
+    if gpu:
+        query = {"node": node, "gpu": gpu} if node else {"gpu": gpu}
+        href = f"{fleet_url}?{urlencode(query)}" if fleet_url else ""
+        short = str(gpu) if len(str(gpu)) <= 16 else str(gpu)[:15] + "…"
+        parts.append({"text": short, "href": href, "title": str(gpu)})
+    if isinstance(rank, int) and not isinstance(rank, bool):
+        parts.append({"text": f"rank {rank}", "href": "", "title": ""})
+    return parts
+
+
 def incident_detail(principal: Principal, public_id: uuid.UUID) -> IncidentDetail:
     """The verdict page's data. Another tenant's incident, or another customer's for a
     customer user, is Http404. Queries: the incident with its job, its revisions, the job's
@@ -459,6 +498,10 @@ def incident_detail(principal: Principal, public_id: uuid.UUID) -> IncidentDetai
         else {}
     )
     evidence = incident_charts.evidence_rows(principal, incident, verdict)
+    fleet_url = reverse("fleet") if principal.is_operator else None
+    for row in evidence:
+        row.place = place_parts(row.evidence, fleet_url)
+    subject = verdict.get("subject")
     by_id = {str(row.evidence.get("id")): row.evidence for row in evidence}
     return IncidentDetail(
         incident=incident,
@@ -471,5 +514,5 @@ def incident_detail(principal: Principal, public_id: uuid.UUID) -> IncidentDetai
         evidence=evidence,
         cleared=_cleared(verdict, by_id),
         revisions=revisions,
-        links_to_fleet=principal.is_operator,
+        subject_place=place_parts(subject if isinstance(subject, dict) else {}, fleet_url),
     )
