@@ -63,9 +63,12 @@ def chromium() -> Iterator[Any]:
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
-        # --no-sandbox: CI and the dev machines run as root, where chromium's sandbox refuses.
+        # --no-sandbox: CI and the dev machines run as root, where chromium's sandbox refuses;
+        # --disable-dev-shm-usage: a container's small /dev/shm crashes its renderers.
         browser = playwright.chromium.launch(
-            executable_path=CHROMIUM, headless=True, args=["--no-sandbox"]
+            executable_path=CHROMIUM,
+            headless=True,
+            args=["--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"],
         )
         try:
             yield browser
