@@ -37,6 +37,11 @@ from investigations.models import Incident, NotificationKind, NotificationLog, V
 log = logging.getLogger(__name__)
 
 verdict_notification = Signal()
+# Sent inside the evaluation's transaction, right after the claim (and for a resolve, right
+# after the incident is marked resolved), for subscribers that must write in the same
+# transaction (an outbox: notify/receivers.py). Receivers take `notification=Notification`; one
+# that raises is logged and the evaluation goes on, so each must write in a savepoint.
+notification_in_transaction = Signal()
 
 
 @dataclass(frozen=True)
@@ -107,6 +112,7 @@ def record(
         customer_id=job.customer_id if job is not None else None,
         verdict=revision.verdict,
     )
+    _send_in_transaction(note)
     transaction.on_commit(lambda: _send(note))
     return True
 
@@ -116,6 +122,43 @@ def _send(note: Notification) -> None:
         if isinstance(result, Exception):
             log.error(
                 "notification subscriber %r failed on incident %s: %s",
+                receiver,
+                note.incident_public_id,
+                result,
+                exc_info=result,
+            )
+
+
+def record_resolved(incident: Incident) -> None:
+    """Announce an incident's resolve inside the caller's transaction (paging resolves its
+    alert). No claim row: a resolve happens once per incident (it never reopens)."""
+    job = incident.job
+    verdict = incident.verdict
+    _send_in_transaction(
+        Notification(
+            operator_id=incident.operator_id,
+            incident_id=incident.pk,
+            incident_public_id=str(incident.public_id),
+            revision=incident.revision,
+            kind="resolved",
+            family=incident.family,
+            category=incident.category,
+            previous_family=None,
+            previous_category=None,
+            job=job.job_id if job is not None else None,
+            customer_id=job.customer_id if job is not None else None,
+            verdict=verdict,
+        )
+    )
+
+
+def _send_in_transaction(note: Notification) -> None:
+    for receiver, result in notification_in_transaction.send_robust(
+        sender=Incident, notification=note
+    ):
+        if isinstance(result, Exception):
+            log.error(
+                "in-transaction notification subscriber %r failed on incident %s: %s",
                 receiver,
                 note.incident_public_id,
                 result,

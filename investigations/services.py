@@ -573,6 +573,7 @@ def _resolve(incident: Incident, reason: ResolveReason, at: float) -> None:
     incident.revision += 1
     incident.save()
     _revise(incident, RevisionKind.RESOLVED)
+    notifications.record_resolved(incident)
 
 
 # --- the real price: GPU time accounting ------------------------------------------------------
