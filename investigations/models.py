@@ -229,3 +229,39 @@ class GpuListPrice(TenantOwned):
 
     def __str__(self) -> str:
         return f"{self.gpu_model}: {self.price_per_gpu_hour} {self.currency}/GPU-h"
+
+
+class ShareLink(TenantOwned):
+    """A read-only link to one incident's customer-facing verdict page for people without an
+    account (docs/notifications.md). The URL's token is stored as its SHA-256 only; the row is
+    read on every open, so a revoke or an expiry takes effect on the next request."""
+
+    incident = models.ForeignKey(Incident, on_delete=models.CASCADE, related_name="share_links")
+    token_hash = models.CharField(max_length=64, unique=True)
+    created_by = models.ForeignKey(
+        "auth.User", on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField()
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    customer_path: ClassVar[str | None] = "incident__job__customer"
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [operator_index("incident", "-created_at", name="inv_share_link_incident")]
+
+
+class ShareLinkOpen(TenantOwned):
+    """One open of a share link: when, from which client address, with which user agent."""
+
+    link = models.ForeignKey(ShareLink, on_delete=models.CASCADE, related_name="opens")
+    opened_at = models.DateTimeField(auto_now_add=True)
+    address = models.GenericIPAddressField(null=True, blank=True)
+    user_agent = models.CharField(max_length=500, blank=True, default="")
+
+    customer_path: ClassVar[str | None] = "link__incident__job__customer"
+
+    class Meta:
+        ordering = ["-opened_at", "-id"]
+        indexes = [operator_index("link", "-opened_at", name="inv_share_open_link")]

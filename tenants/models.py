@@ -26,6 +26,9 @@ class Operator(models.Model):
     name = models.CharField(max_length=200)
     slug = models.SlugField(max_length=64, unique=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    # The customer-facing verdict pages and share links show stable aliases ("node-1") instead
+    # of the operator's hostnames and GPU UUIDs (docs/notifications.md).
+    mask_node_names = models.BooleanField(default=False)
 
     class Meta:
         ordering = ["name"]
