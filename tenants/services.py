@@ -620,3 +620,15 @@ def do_set_member_active(principal: Principal, member_id: int, *, active: bool) 
         if not active:
             _revoke_tokens_created_by(principal.operator_id, user.pk)
     return membership
+
+
+# --- operator settings ---------------------------------------------------------------------
+
+
+def do_set_mask_node_names(principal: Principal, *, mask: bool) -> Operator:
+    """Whether the operator's customer-facing verdict pages and share links show aliases
+    ("node-1", "gpu-1") instead of its hostnames and GPU UUIDs. Operator admins only."""
+    _require_operator_admin(principal, "change how node names are shown to customers")
+    with tenant_context(principal.operator_id):
+        Operator.objects.filter(pk=principal.operator_id).update(mask_node_names=bool(mask))
+        return Operator.objects.get(pk=principal.operator_id)
