@@ -4,7 +4,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path, re_path
 
-from frontend.views import fleet, health, home, incidents, jobs, price
+from frontend.views import fleet, health, home, incidents, jobs, price, share
 from frontend.views.settings import agents as settings_agents
 from frontend.views.settings import api_tokens as settings_api_tokens
 from frontend.views.settings import customers as settings_customers
@@ -23,6 +23,9 @@ urlpatterns = [
     re_path(r"^jobs/(?P<job_id>.+)/$", jobs.job_detail, name="job"),
     path("incidents/", incidents.incident_list, name="incidents"),
     path("incidents/<uuid:public_id>/", incidents.incident_detail, name="incident"),
+    path("incidents/<uuid:public_id>/summary/", share.incident_summary, name="incident-summary"),
+    # A share link (investigations/api/share_links.py): the token is the credential.
+    path("share/<str:token>/", share.shared_verdict, name="share"),
     path("settings/", settings_index.settings_index, name="settings"),
     path("settings/customers/", settings_customers.customers, name="settings-customers"),
     path("settings/rules/", settings_customers.rules, name="settings-rules"),

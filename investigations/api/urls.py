@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rest_framework.routers import BaseRouter
 
-from investigations.api import views
+from investigations.api import share_links, views
 from tenants.api.base import register_viewsets
 
 
@@ -16,3 +16,4 @@ def register(router: BaseRouter) -> None:
         views.GpuListPriceViewSet,
         views.RealPriceViewSet,
     )
+    register_viewsets(router, share_links.ShareLinkViewSet)
