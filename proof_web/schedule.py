@@ -37,6 +37,15 @@ BEAT_SCHEDULE: dict[str, Periodic] = {
             "cost reads without changing a verdict"
         ),
     ),
+    "notify-deliver-due": Periodic(
+        task="notify.deliver_due",
+        every_seconds=5,
+        reason=(
+            "sends the notification outbox's due rows: retries (Standard Webhooks' schedule "
+            "starts at 5 s) and any row whose after-commit kick was lost; new verdicts are "
+            "kicked at commit, so 5 s bounds a lost kick's delay at a cheap indexed read"
+        ),
+    ),
     "ingest-rollups": Periodic(
         task="ingest.rollup_recent_hours",
         every_seconds=900,

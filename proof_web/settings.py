@@ -19,6 +19,7 @@ from proof_web.env import (
     env_bool,
     env_choice,
     env_database_url,
+    env_float,
     env_int,
     env_list,
     env_optional,
@@ -67,6 +68,7 @@ INSTALLED_APPS = [
     "tenants",
     "ingest",
     "investigations",
+    "notify",
     "billing",
     "frontend",
 ]
@@ -202,6 +204,23 @@ AUTH_PASSWORD_VALIDATORS = [
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
+
+# --- Notifications: chat, paging, webhooks, e-mail (notify/, docs/notifications.md) -----------
+# The console's address as people outside reach it: messages link to its verdict pages.
+PROOF_PUBLIC_URL = env_str("PROOF_PUBLIC_URL", "http://127.0.0.1:8000")
+# Each delivery attempt's connect and read timeout: a hanging receiver costs its own row this.
+PROOF_NOTIFY_TIMEOUT_S = env_float("PROOF_NOTIFY_TIMEOUT_S", 5.0, minimum=0.1)
+PROOF_PAGERDUTY_EVENTS_URL = env_str(
+    "PROOF_PAGERDUTY_EVENTS_URL", "https://events.pagerduty.com/v2/enqueue"
+)
+# E-mail channels go through Django's SMTP backend.
+EMAIL_BACKEND = env_str("PROOF_EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend")
+EMAIL_HOST = env_str("PROOF_EMAIL_HOST", "localhost")
+EMAIL_PORT = env_int("PROOF_EMAIL_PORT", 25, minimum=1)
+EMAIL_HOST_USER = env_str("PROOF_EMAIL_USER", "")
+EMAIL_HOST_PASSWORD = env_str("PROOF_EMAIL_PASSWORD", "")
+EMAIL_USE_TLS = env_bool("PROOF_EMAIL_TLS", False)
+DEFAULT_FROM_EMAIL = env_str("PROOF_EMAIL_FROM", "proof@localhost")
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [

@@ -1,0 +1,12 @@
+"""notify's routes, registered on the project's one API router (proof_web/api_urls.py)."""
+
+from __future__ import annotations
+
+from rest_framework.routers import BaseRouter
+
+from notify.api import views
+from tenants.api.base import register_viewsets
+
+
+def register(router: BaseRouter) -> None:
+    register_viewsets(router, views.NotificationChannelViewSet)

@@ -1,0 +1,24 @@
+"""notify hears the investigations app's notifications: in the evaluation's transaction it
+writes the outbox rows owed (investigations.notifications.notification_in_transaction), and
+after that transaction commits it asks a worker to deliver them at once (the periodic pass in
+proof_web/schedule.py catches anything this kick misses)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import transaction
+from django.dispatch import receiver
+
+from investigations.notifications import Notification, notification_in_transaction
+from notify import services, tasks
+
+
+def kick_delivery() -> None:
+    tasks.deliver_due.delay()
+
+
+@receiver(notification_in_transaction, dispatch_uid="notify-outbox")
+def write_outbox(sender: Any, *, notification: Notification, **kwargs: Any) -> None:
+    if services.enqueue_for_notification(notification):
+        transaction.on_commit(kick_delivery)
