@@ -45,7 +45,7 @@ from contract import signals
 from contract.parsers import training as tp
 from contract.rows import SeriesInfo, labels_key
 from ingest import selectors as ingest_selectors
-from ingest.models import Event, JobRank, LogLine, Series
+from ingest.models import Event, JobRank, LogLine, Process, Series
 from investigations.models import Incident, JobActivity
 from tenants.access import Principal
 
@@ -189,7 +189,8 @@ def _plan(
 
 
 class _JobScope:
-    """The incident job's GPUs and nodes (one query, read when a row needs them)."""
+    """The incident job's GPUs and nodes: its ranks' and its processes' (a rank's record may
+    lack its GPU while its input workers' processes are recorded on it), in one query."""
 
     def __init__(self, operator_id: int, job_pk: int | None) -> None:
         self.job_pk = job_pk
@@ -197,10 +198,10 @@ class _JobScope:
         self.nodes: set[int] = set()
         if job_pk is None:
             return
-        for gpu, node_id in (
-            JobRank.objects.for_tenant(operator_id)
-            .filter(job_id=job_pk)
-            .values_list("gpu", "node_id")
+        ranks = JobRank.objects.for_tenant(operator_id).filter(job_id=job_pk)
+        processes = Process.objects.for_tenant(operator_id).filter(job_id=job_pk)
+        for gpu, node_id in ranks.values_list("gpu", "node_id").union(
+            processes.values_list("gpu", "node_id")
         ):
             if gpu:
                 self.gpus.add(str(gpu))
@@ -470,6 +471,8 @@ def _series_chart(plan: _Plan, lines: list[_Line]) -> EvidenceRow:
             drawn = [(f"mean of {len(own_b)}", np.nanmean(stacked, axis=0))]
     else:
         drawn = [(line.label, b) for line, b in zip(own, own_b, strict=True)]
+    if not drawn:  # nothing stored for it in the window: the axes, interval and baseline only
+        drawn = [("no samples", np.full(len(x), np.nan))]
     if peer_b:
         with _quiet():
             drawn.append(
@@ -559,7 +562,8 @@ def _job_span(principal: Principal, incident: Incident) -> tuple[float, float] |
         .values_list("first_data_ts", "last_data_ts")
         .first()
     )
-    return (float(span[0]), float(span[1])) if span else (0.0, 0.0)
+    # No data span recorded: each chart is clipped to its row's own interval.
+    return (float(span[0]), float(span[1])) if span else (math.inf, -math.inf)
 
 
 def _read_series(
