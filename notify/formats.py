@@ -132,7 +132,10 @@ def slack_blocks(payload: dict[str, Any]) -> list[dict[str, Any]]:
         blocks.append(_section(summary))
     evidence = evidence_lines(payload)
     if evidence:
-        blocks.append(_section("*Top evidence*\n" + "\n".join(f"• {e}" for e in evidence)))
+        # Each row cut to its share of the section, so a long note never hides the rows after it.
+        share = SLACK_SECTION_CHARS // len(evidence) - 40
+        rows = "\n".join(f"• {truncate(e, share)}" for e in evidence)
+        blocks.append(_section(f"*Top evidence*\n{rows}"))
     recommendation = str(verdict.get("recommendation") or "")
     if recommendation:
         blocks.append(_section(f"*Recommendation*\n{recommendation}"))
