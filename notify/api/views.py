@@ -1,5 +1,5 @@
 """Notification channels: operator roles read, operator admins write; customers never see
-them (404). Create (and rotate-secret) return a webhook channel's secret once."""
+them (an empty list, 404 for any channel). Create (and rotate-secret) return a webhook channel's secret once."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ from typing import Any
 from django.db import transaction
 from rest_framework import status
 from rest_framework.decorators import action
-from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -21,7 +20,7 @@ from notify.api.serializers import (
 )
 from notify.models import NotificationChannel
 from tenants.api.base import TenantScopedViewSet
-from tenants.api.permissions import IsOperatorAdminPrincipal, IsOperatorPrincipal
+from tenants.api.permissions import HasPrincipal
 
 
 class NotificationChannelViewSet(TenantScopedViewSet):
@@ -32,10 +31,10 @@ class NotificationChannelViewSet(TenantScopedViewSet):
     def scope_queryset(self, queryset: Any) -> Any:
         return queryset.prefetch_related("rules")
 
-    def get_permissions(self) -> list[BasePermission]:
-        if self.request.method in ("GET", "HEAD", "OPTIONS"):
-            return [IsOperatorPrincipal()]
-        return [IsOperatorAdminPrincipal()]
+    # Any principal passes the permission, so a customer's request reaches the scoped
+    # queryset (operator-only: empty for customers) and gets 404 for any channel, as another
+    # operator's would; writes are refused by the services (403) to all but operator admins.
+    permission_classes = [HasPrincipal]
 
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         made = services.do_create_channel(self.principal, **self.validated(ChannelWriteSerializer))
