@@ -161,6 +161,7 @@ class IncidentRow:
     subject_node: str
     subject_gpu: str
     subject_rank: int | None
+    subject_mount: str
     confidence: float
     first_seen: float
     last_seen: float
@@ -305,6 +306,7 @@ def incident_page(principal: Principal, params: ListParams) -> IncidentPage:
             "subject_node",
             "subject_gpu",
             "subject_rank",
+            "subject_mount",
             "confidence",
             "first_seen",
             "last_seen",
@@ -337,6 +339,7 @@ def incident_page(principal: Principal, params: ListParams) -> IncidentPage:
         node,
         gpu,
         rank,
+        mount,
         conf,
         first,
         last,
@@ -353,6 +356,7 @@ def incident_page(principal: Principal, params: ListParams) -> IncidentPage:
                 subject_node=node,
                 subject_gpu=gpu,
                 subject_rank=rank,
+                subject_mount=mount,
                 confidence=float(conf),
                 first_seen=first.timestamp(),
                 last_seen=last.timestamp(),
