@@ -91,7 +91,8 @@ def evidence_lines(payload: dict[str, Any], limit: int = TOP_EVIDENCE) -> list[s
         baseline = row.get("baseline")
         value = f"{observed}" + (f" (baseline {baseline})" if baseline is not None else "")
         note = row.get("note") or ""
-        lines.append(f"{row.get('signal', '?')} {where}: {value} {note}".strip())
+        head = f"{row.get('signal', '?')} {where}".strip()
+        lines.append(f"{head}: {value} {note}".strip())
     return lines
 
 
