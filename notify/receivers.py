@@ -20,5 +20,11 @@ def kick_delivery() -> None:
 
 @receiver(notification_in_transaction, dispatch_uid="notify-outbox")
 def write_outbox(sender: Any, *, notification: Notification, **kwargs: Any) -> None:
-    if services.enqueue_for_notification(notification):
-        transaction.on_commit(kick_delivery)
+    # All of it in a savepoint: should anything here fail, the signal logs it and the
+    # evaluation's transaction is intact (on PostgreSQL a failed statement outside one would
+    # abort it). The kick is robust: a broker that is down must not fail the committed
+    # evaluation; the periodic pass sends the rows.
+    with transaction.atomic():
+        queued = services.enqueue_for_notification(notification)
+    if queued:
+        transaction.on_commit(kick_delivery, robust=True)

@@ -13,7 +13,6 @@ from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
 from django.db.models import Min
 from django.utils import timezone
 
@@ -243,7 +242,7 @@ def rule_matches(
 
 def enqueue_for_notification(note: Notification) -> int:
     """Insert the outbox rows this notification owes, in the caller's (the evaluation's)
-    transaction; the number inserted. A resolve goes to the PagerDuty channels that were paged
+    transaction; the number of channels it is owed to (rows already there are kept). A resolve goes to the PagerDuty channels that were paged
     for the incident (it closes their alert); chat and webhooks hear of new and changed
     verdicts only."""
     operator_id = note.operator_id
@@ -307,10 +306,10 @@ def enqueue_for_notification(note: Notification) -> int:
         )
         for c in targets
     ]
-    # A savepoint: a failure here is logged by the signal and must not abort the evaluation.
-    with transaction.atomic():
-        created = OutboxDelivery.objects.bulk_create(rows, ignore_conflicts=True)
-    return len(created)
+    # ignore_conflicts: a row this notification already owes (unique channel, event_id) stays
+    # as it is, whatever its state: an event is queued once per channel.
+    OutboxDelivery.objects.bulk_create(rows, ignore_conflicts=True)
+    return len(rows)
 
 
 def active_secrets(channel: NotificationChannel, now: datetime) -> list[str]:

@@ -54,7 +54,7 @@ class NotificationChannelViewSet(TenantScopedViewSet):
     @action(detail=True, methods=["post"])
     def test(self, request: Request, pk: str | None = None) -> Response:
         row = services.do_send_test(self.principal, self.get_object())
-        transaction.on_commit(tasks.deliver_due.delay)
+        transaction.on_commit(tasks.deliver_due.delay, robust=True)
         return Response(DeliverySerializer(row).data, status=status.HTTP_202_ACCEPTED)
 
     @action(detail=True, methods=["post"], url_path="rotate-secret")

@@ -438,3 +438,23 @@ def test_claims_skip_rows_another_worker_holds() -> None:
         release.set()
         thread.join()
     assert len(delivery.claim()) == 1
+
+
+def test_a_failing_outbox_write_never_fails_the_evaluation(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    a = make_tenant("nf-a")
+    _channel(a, "slack", "http://127.0.0.1:9/never")
+
+    def broken(note: Any) -> int:
+        with system_context():
+            OutboxDelivery.objects.raw("SELECT * FROM no_such_table")[0]  # a failed statement
+        return 0
+
+    monkeypatch.setattr(services, "enqueue_for_notification", broken)
+    _merge(a, [_hours_verdict()], 1_100, _job(a))
+    # The verdict and its claim committed; the outbox write was logged and left out.
+    assert _incident(a).state == "open"
+    with system_context():
+        assert NotificationLog.objects.filter(operator_id=a.operator.pk).count() == 1
+    assert _rows() == []
