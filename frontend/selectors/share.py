@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -146,9 +146,14 @@ def _job_places(operator_id: int, job_pk: int | None) -> tuple[list[str], list[s
     return sorted(nodes), sorted(gpus)
 
 
+def _subject(verdict: Mapping[str, Any]) -> dict[str, Any]:
+    subject = verdict.get("subject")
+    return subject if isinstance(subject, dict) else {}
+
+
 def _masker(operator_id: int, detail: IncidentDetail) -> Masker:
     verdict = detail.verdict
-    subject = verdict.get("subject") if isinstance(verdict.get("subject"), dict) else {}
+    subject = _subject(verdict)
     rows = [subject, *(row.evidence for row in detail.evidence)]
     named_nodes = [str(r.get("node") or "") for r in rows]
     named_gpus = [str(r.get("gpu") or "") for r in rows]
@@ -186,7 +191,7 @@ def customer_verdict(
     verdict, incident = detail.verdict, detail.incident
     evidence = detail.evidence
     cleared = detail.cleared
-    subject = verdict.get("subject") if isinstance(verdict.get("subject"), dict) else {}
+    subject = _subject(verdict)
     title = incident.title or incident.family
     if operator.mask_node_names:
         masker = _masker(operator.pk, detail)

@@ -70,11 +70,12 @@ class ShareLinkViewSet(TenantScopedViewSet):
 
     def scope_queryset(self, queryset: QuerySet[Any]) -> QuerySet[Any]:
         # A revoked link is gone for the API too.
-        return (
+        scoped: QuerySet[Any] = (
             queryset.filter(revoked_at__isnull=True)
             .select_related("incident")
             .annotate(open_count=Count("opens"))
         )
+        return scoped
 
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         fields = self.validated(ShareLinkWriteSerializer)

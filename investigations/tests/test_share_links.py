@@ -5,7 +5,7 @@ API 404 from the next request), expiry, who may create and see links, bad input.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -167,18 +167,18 @@ def test_unknown_and_malformed_tokens_are_404(world: World) -> None:
 def test_expiry_is_honoured(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
     api = session(world.a.operator_admin)
     body = _create(api, world.mine, expires_in_s=60).json()
-    expires = timezone.datetime.fromisoformat(body["expires_at"].replace("Z", "+00:00"))
+    expires = datetime.fromisoformat(body["expires_at"].replace("Z", "+00:00"))
     assert timedelta(seconds=55) < expires - timezone.now() <= timedelta(seconds=60)
     anonymous = Client()
     assert anonymous.get(_path(body["url"])).status_code == 200
     later = timezone.now() + timedelta(seconds=61)
-    monkeypatch.setattr(services.timezone, "now", lambda: later)
+    monkeypatch.setattr("investigations.services.timezone.now", lambda: later)
     response = anonymous.get(_path(body["url"]))
     assert response.status_code == 410
     assert "expired" in response.content.decode()
 
 
-BAD_INPUT = [
+BAD_INPUT: list[tuple[dict[str, Any], str]] = [
     ({"expires_in_s": 59}, "expires_in_s"),
     ({"expires_in_s": 30 * DAY + 1}, "expires_in_s"),
     ({"expires_in_s": "soon"}, "expires_in_s"),
