@@ -122,3 +122,64 @@ def verify(secret: str, request: Received, now: float | None = None) -> dict[str
             body: dict[str, Any] = json.loads(request.body)
             return body
     raise InvalidSignature("no signature matches")
+
+
+# --- a real (minimal) SMTP server, for e-mail through Django's SMTP backend --------------------
+
+
+@dataclass
+class SmtpMessage:
+    sender: str
+    recipients: list[str]
+    data: bytes
+
+
+@contextmanager
+def smtp_server() -> Iterator[tuple[int, list[SmtpMessage]]]:
+    """Speaks enough SMTP (RFC 5321: EHLO, MAIL, RCPT, DATA, RSET, NOOP, QUIT) for smtplib;
+    yields its port and the messages it accepted."""
+    import socketserver
+
+    messages: list[SmtpMessage] = []
+
+    class Handler(socketserver.StreamRequestHandler):
+        def reply(self, line: str) -> None:
+            self.wfile.write(line.encode() + b"\r\n")
+            self.wfile.flush()
+
+        def handle(self) -> None:
+            self.reply("220 localhost test SMTP")
+            sender, recipients = "", []
+            while raw := self.rfile.readline():
+                command = raw.decode().strip()
+                verb = command[:4].upper()
+                if verb in ("EHLO", "HELO"):
+                    self.reply("250 localhost")
+                elif verb == "MAIL":
+                    sender, recipients = command.split(":", 1)[1].strip(" <>"), []
+                    self.reply("250 OK")
+                elif verb == "RCPT":
+                    recipients.append(command.split(":", 1)[1].strip(" <>"))
+                    self.reply("250 OK")
+                elif verb == "DATA":
+                    self.reply("354 end with <CRLF>.<CRLF>")
+                    lines = []
+                    while (line := self.rfile.readline()) not in (b".\r\n", b""):
+                        lines.append(line[1:] if line.startswith(b"..") else line)
+                    messages.append(SmtpMessage(sender, recipients, b"".join(lines)))
+                    self.reply("250 OK queued")
+                elif verb == "QUIT":
+                    self.reply("221 bye")
+                    return
+                else:  # RSET, NOOP
+                    self.reply("250 OK")
+
+    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server.server_address[1], messages
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -25,7 +25,7 @@ from investigations.tests.live_helpers import (
 )
 from notify import delivery, formats, services
 from notify.models import DeliveryState, NotificationChannel, OutboxDelivery
-from notify.tests.receivers import InvalidSignature, Receiver, running, verify
+from notify.tests.receivers import InvalidSignature, Receiver, running, smtp_server, verify
 from tenants.context import system_context, tenant_context
 from tenants.testing import Tenant, make_tenant
 
@@ -201,6 +201,32 @@ def test_email_through_django_mail() -> None:
     assert message.subject.startswith("[Proof] ")
     assert f"/incidents/{_incident(a).public_id}/" in message.body
     assert _rows()[0].state == DeliveryState.SENT
+
+
+def test_email_through_a_real_smtp_server(settings: Any) -> None:
+    settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+    a = make_tenant("nm-a")
+    _channel(a, "email", addresses=["oncall@nm-a.example"])
+    with smtp_server() as (port, received):
+        settings.EMAIL_HOST, settings.EMAIL_PORT = "127.0.0.1", port
+        _merge(a, [_hours_verdict()], 1_100, _job(a))
+        delivery.deliver_due()
+    [message] = received
+    assert message.recipients == ["oncall@nm-a.example"]
+    text = message.data.decode()
+    assert "Subject: [Proof] " in text and f"/incidents/{_incident(a).public_id}/" in text
+    assert _rows()[0].state == DeliveryState.SENT
+
+
+def test_email_to_no_smtp_server_is_retried(settings: Any) -> None:
+    settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+    settings.EMAIL_HOST, settings.EMAIL_PORT = "127.0.0.1", 9  # nothing listens (discard)
+    a = make_tenant("nm2-a")
+    _channel(a, "email", addresses=["oncall@nm2-a.example"])
+    _merge(a, [_hours_verdict()], 1_100, _job(a))
+    delivery.deliver_due()
+    [row] = _rows()
+    assert row.state == DeliveryState.FAILED and row.last_error.startswith("SMTP")
 
 
 def test_retry_on_500_then_success_and_give_up_on_other_4xx(stack: ExitStack) -> None:
