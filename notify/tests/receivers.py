@@ -149,7 +149,7 @@ def smtp_server() -> Iterator[tuple[int, list[SmtpMessage]]]:
 
         def handle(self) -> None:
             self.reply("220 localhost test SMTP")
-            sender, recipients = "", []
+            sender, recipients = "", list[str]()
             while raw := self.rfile.readline():
                 command = raw.decode().strip()
                 verb = command[:4].upper()
