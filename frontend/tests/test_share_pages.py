@@ -250,3 +250,21 @@ def test_shared_page_queries_are_pinned(
     with django_assert_num_queries(_shared_page_queries() + mask):
         body = client.get(url).content.decode()
     assert len(_charts(body)) == 3 * len(evidence)
+
+
+def test_summary_page_queries_are_pinned(
+    client: Client, world: World, django_assert_num_queries: Any
+) -> None:
+    """The signed-in request's own statements (session, user, membership, the tenant context:
+    11 on PostgreSQL, 7 on SQLite), the operator row, the verdict page's reads as a customer
+    user (incident, revisions, list price, the job's data span, its GPUs and nodes, series
+    catalog, events; the block read too on SQLite), and, when masking, the job's nodes."""
+    request = {"postgresql": 11, "sqlite": 7}[connection.vendor]
+    expected = request + 1 + 7 + (connection.vendor == "sqlite")
+    _login(client, "shpalpha-customer-viewer")
+    url = f"/incidents/{world.slow.public_id}/summary/"
+    with django_assert_num_queries(expected):
+        assert client.get(url).status_code == 200
+    tenant_services.do_set_mask_node_names(world.a.principal(world.a.operator_admin), mask=True)
+    with django_assert_num_queries(expected + 1):
+        assert client.get(url).status_code == 200
