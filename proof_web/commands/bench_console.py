@@ -78,9 +78,10 @@ class Measured:
     p50_ms: float
     p95_ms: float
     max_ms: float
-    cpu_p50_ms: (
-        float  # this process's CPU (Python: view, template, ORM); the database's is not in it
-    )
+    # This process's CPU (Python: view, template, ORM; the database's is not in it), and the
+    # time waiting on the database in the counted request.
+    cpu_p50_ms: float
+    sql_ms: float
     times_ms: list[float] = field(default_factory=list)
 
 
@@ -225,37 +226,46 @@ def _pages(t: dict[str, Any]) -> list[Page]:
 
 
 @contextmanager
-def _statements() -> Iterator[list[int]]:
-    """Count the SQL statements sent meanwhile: on PostgreSQL at psycopg's cursor, so the
-    plain psycopg cursors some selectors use (binary block reads) count as much as the ORM's;
-    on SQLite through Django's execute wrapper."""
+def _statements() -> Iterator[list[float]]:
+    """Count the SQL statements sent meanwhile and the seconds spent waiting on them ([count,
+    seconds]): on PostgreSQL at psycopg's cursor, so the plain psycopg cursors some selectors
+    use (binary block reads) count as much as the ORM's (psycopg's execute returns once the
+    whole result has arrived); on SQLite through Django's execute wrapper."""
     from django.db import connection
 
-    count = [0]
+    tally = [0.0, 0.0]
     if connection.vendor != "postgresql":
 
         def wrapper(execute: Any, sql: Any, params: Any, many: Any, context: Any) -> Any:
-            count[0] += 1
-            return execute(sql, params, many, context)
+            t0 = time.perf_counter()
+            try:
+                return execute(sql, params, many, context)
+            finally:
+                tally[0] += 1
+                tally[1] += time.perf_counter() - t0
 
         with connection.execute_wrapper(wrapper):
-            yield count
+            yield tally
         return
     import psycopg
 
     originals = psycopg.Cursor.execute, psycopg.Cursor.executemany
 
-    def execute(self: Any, *a: Any, **k: Any) -> Any:
-        count[0] += 1
-        return originals[0](self, *a, **k)
+    def timed(original: Any) -> Any:
+        def call(self: Any, *a: Any, **k: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return original(self, *a, **k)
+            finally:
+                tally[0] += 1
+                tally[1] += time.perf_counter() - t0
 
-    def executemany(self: Any, *a: Any, **k: Any) -> Any:
-        count[0] += 1
-        return originals[1](self, *a, **k)
+        return call
 
-    psycopg.Cursor.execute, psycopg.Cursor.executemany = execute, executemany  # type: ignore[method-assign]
+    psycopg.Cursor.execute = timed(originals[0])  # type: ignore[method-assign]
+    psycopg.Cursor.executemany = timed(originals[1])  # type: ignore[method-assign]
     try:
-        yield count
+        yield tally
     finally:
         psycopg.Cursor.execute, psycopg.Cursor.executemany = originals  # type: ignore[method-assign]
 
@@ -276,11 +286,12 @@ def _measure(client: Any, page: Page, repeat: int) -> Measured:
         page.user,
         response.status_code,
         page.expect,
-        statements[0],
+        int(statements[0]),
         _p(times, 0.5),
         _p(times, 0.95),
         max(times) if times else float("nan"),
         _p(cpu, 0.5),
+        statements[1] * 1000.0,
         [round(t, 2) for t in times],
     )
 
@@ -379,7 +390,7 @@ def run(args: argparse.Namespace) -> int:
     )
     print(
         f"{'page':<44} {'user':<9} {'status':>6} {'queries':>7} {'p50':>7} {'p95':>7} "
-        f"{'max':>7} {'cpu p50':>7}"
+        f"{'max':>7} {'cpu p50':>7} {'sql':>7}"
     )
     results: list[Measured] = []
     for page in pages:
@@ -390,7 +401,7 @@ def run(args: argparse.Namespace) -> int:
         miss = "  > target" if m.p95_ms > args.target_ms else ""
         print(
             f"{m.name[:44]:<44} {who:<9} {m.status:>6} {m.queries:>7} {m.p50_ms:7.1f} "
-            f"{m.p95_ms:7.1f} {m.max_ms:7.1f} {m.cpu_p50_ms:7.1f}{flag}{miss}",
+            f"{m.p95_ms:7.1f} {m.max_ms:7.1f} {m.cpu_p50_ms:7.1f} {m.sql_ms:7.1f}{flag}{miss}",
             flush=True,
         )
     misses = [m for m in results if m.p95_ms > args.target_ms]
