@@ -1,5 +1,5 @@
 """Share links: `POST /share-links/` makes one (the token is in the returned `url`, shown
-once), `GET /share-links/` lists them, `DELETE /share-links/<id>/` revokes one at once (the
+once), `GET /share-links/` lists them (`?incident=<public_id>`: one incident's), `DELETE /share-links/<id>/` revokes one at once (the
 id is 404 from then on), `GET /share-links/<id>/opens/` is its open log.
 
 Operator roles see and manage every link of theirs; customer admins the links to their own
@@ -54,6 +54,10 @@ class ShareLinkWriteSerializer(serializers.Serializer[dict[str, Any]]):
     )
 
 
+class ShareLinkFilterSerializer(serializers.Serializer[dict[str, Any]]):
+    incident = serializers.UUIDField(help_text="only this incident's links")
+
+
 class ShareLinkOpenSerializer(serializers.ModelSerializer[ShareLinkOpen]):
     class Meta:
         model = ShareLinkOpen
@@ -75,6 +79,9 @@ class ShareLinkViewSet(TenantScopedViewSet):
             .select_related("incident")
             .annotate(open_count=Count("opens"))
         )
+        if self.action == "list" and "incident" in self.request.query_params:
+            query = self.validated(ShareLinkFilterSerializer, self.request.query_params)
+            scoped = scoped.filter(incident__public_id=query["incident"])
         return scoped
 
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:

@@ -235,6 +235,10 @@ def test_tenancy_of_links_and_their_opens(world: World) -> None:
         return {r["id"] for r in client.get("/api/v1/share-links/").json()["results"]}
 
     assert ids(operator) == {mine["id"], theirs["id"]}
+    one = operator.get(f"/api/v1/share-links/?incident={world.theirs.public_id}").json()
+    assert [r["id"] for r in one["results"]] == [theirs["id"]]
+    bad = operator.get("/api/v1/share-links/?incident=nope")
+    assert bad.status_code == 400 and "incident" in bad.json()
     customer = session(a.customer_admin)
     assert ids(customer) == {mine["id"]}
     second = session(world.second_admin)
