@@ -204,6 +204,9 @@ class JobGpuUsage(TenantOwned):
         constraints = [
             models.UniqueConstraint(fields=["job", "gpu"], name="investigations_usage_job_gpu")
         ]
+        # The console's real price over a period reads the rows whose last sample is in it or
+        # after (/price/, /fleet/'s cards): recent periods skip the fleet's history.
+        indexes = [operator_index("last_ts", name="inv_usage_last_ts")]
 
     @property
     def productive_share(self) -> float | None:
