@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from django.db import connection
+from django.http import Http404
 from django.test import Client
 
 from frontend.selectors import incidents as incident_selectors
@@ -268,3 +269,28 @@ def test_summary_page_queries_are_pinned(
     tenant_services.do_set_mask_node_names(world.a.principal(world.a.operator_admin), mask=True)
     with django_assert_num_queries(expected + 1):
         assert client.get(url).status_code == 200
+
+
+def test_fleet_health_verdict_shared_by_the_operator(a: Tenant) -> None:
+    """A verdict without a job (a GPU's health) is read as the operator, read-only: the GPU's
+    own charts; masked, its UUID never appears. Customers cannot share it."""
+    from investigations.tasks import evaluate_fleet_health
+
+    op = a.operator.pk
+    sim = store_sim(op, "gpu_degrading", duration_s=300, agent_id="shpalpha-degrading")
+    for gpu in sim.offline_gpu_families:
+        assert evaluate_fleet_health(op, gpu) == "evaluated"
+    with tenant_context(op):
+        incident = Incident.objects.for_tenant(op).get(job__isnull=True)
+    with pytest.raises(Http404):
+        services.do_create_share_link(
+            a.principal(a.customer_admin), incident=incident.public_id, expires_in_s=3600
+        )
+    tenant_services.do_set_mask_node_names(a.principal(a.operator_admin), mask=True)
+    response = Client().get(_share(a, incident))
+    assert response.status_code == 200
+    body = response.content.decode()
+    assert "none (a GPU's health)" in body
+    assert len(_charts(body)) == len(incident.verdict["evidence"])
+    assert incident.subject_gpu not in body and incident.subject_gpu[:12] not in body
+    assert incident.subject_node not in body and "gpu-1" in body
