@@ -4,6 +4,7 @@ the outbox to a real receiver; the delivery log is paginated."""
 
 from __future__ import annotations
 
+import time
 from contextlib import ExitStack
 from typing import Any
 
@@ -143,6 +144,12 @@ def test_after_commit_kick_delivers_without_waiting_for_the_periodic_pass(
     start_task_worker()
     with running(Receiver()) as chat:
         made = _create(admin, name="Chat", kind="slack", target=chat.url).json()
+        queued_at = time.monotonic()
         admin.post(f"{BASE}{made['id']}/test/")
         [request] = chat.wait_for(1, timeout_s=10)
+        # No periodic pass runs here: the after-commit kick alone delivered it, in well under
+        # the 5 s the periodic pass would take at worst.
+        latency = request.at - queued_at
+        print(f"test event: request to receiver in {latency:.3f} s")
+        assert latency < 3.0
         assert request.json()["blocks"][0]["text"]["text"].startswith("Test: ")
