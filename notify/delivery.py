@@ -11,7 +11,8 @@ on a receiver.
 
 Outcome of an attempt (Standard Webhooks' retry guidance): 2xx sent; 410 Gone disables the
 channel; another 4xx gives up (logged on the row); 429, 5xx, a timeout or a connection error
-retries after RETRY_SCHEDULE_S[attempt - 1], and gives up once the schedule is spent.
+retries after RETRY_SCHEDULE_S[attempt - 1] (or the receiver's Retry-After when longer, up to
+the schedule's longest wait), and gives up once the schedule is spent.
 """
 
 from __future__ import annotations
@@ -70,6 +71,7 @@ class Outcome:
     status: int | None  # the HTTP status, None when none came back
     error: str  # "" on success
     retry: bool  # worth another attempt (timeout, connection error, 429, 5xx)
+    retry_after_s: float | None = None  # a 429's or 503's Retry-After, in seconds
 
     @property
     def ok(self) -> bool:
@@ -152,7 +154,9 @@ def send_http(message: formats.HttpMessage, timeout: float) -> Outcome:
     except urllib.error.HTTPError as exc:
         status = int(exc.code)
         retry = status == 429 or status >= 500
-        return Outcome(status, f"HTTP {status} {exc.reason}"[:500], retry)
+        return Outcome(
+            status, f"HTTP {status} {exc.reason}"[:500], retry, _retry_after(exc.headers)
+        )
     except TimeoutError as exc:
         return Outcome(None, f"timed out after {timeout:g} s: {exc}"[:500], True)
     except urllib.error.URLError as exc:
@@ -161,6 +165,15 @@ def send_http(message: formats.HttpMessage, timeout: float) -> Outcome:
         return Outcome(None, f"connection failed: {exc.reason}"[:500], True)
     except OSError as exc:  # a reset or refused connection mid-exchange
         return Outcome(None, f"connection failed: {exc}"[:500], True)
+
+
+def _retry_after(headers: Any) -> float | None:
+    """A Retry-After in seconds (the HTTP-date form is rare from webhook receivers: ignored)."""
+    value = headers.get("Retry-After") if headers is not None else None
+    try:
+        return max(0.0, float(value)) if value is not None else None
+    except ValueError:
+        return None
 
 
 def send_email(email: EmailMessage, timeout: float) -> Outcome:
@@ -194,6 +207,9 @@ def record(item: Claimed, outcome: Outcome, now: datetime | None = None) -> str:
         update.update(state=DeliveryState.GAVE_UP, last_error="410 Gone: channel disabled")
     elif outcome.retry and item.attempt <= len(RETRY_SCHEDULE_S):
         delay = RETRY_SCHEDULE_S[item.attempt - 1]
+        if outcome.retry_after_s is not None:
+            # The receiver asked for longer: honoured, up to the schedule's longest wait.
+            delay = max(delay, min(outcome.retry_after_s, max(RETRY_SCHEDULE_S)))
         update.update(state=DeliveryState.FAILED, next_attempt_at=now + timedelta(seconds=delay))
     else:
         update.update(state=DeliveryState.GAVE_UP)

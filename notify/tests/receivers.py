@@ -34,6 +34,7 @@ class Receiver:
 
     statuses: list[int] = field(default_factory=lambda: [200])
     delay_s: float = 0.0
+    headers: dict[str, str] = field(default_factory=dict)  # sent with every answer
     received: list[Received] = field(default_factory=list)
     url: str = ""
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -74,6 +75,8 @@ def running(receiver: Receiver) -> Iterator[Receiver]:
             try:
                 self.send_response(status)
                 self.send_header("Content-Length", "2")
+                for name, value in receiver.headers.items():
+                    self.send_header(name, value)
                 self.end_headers()
                 self.wfile.write(b"ok")
             except (BrokenPipeError, ConnectionResetError):

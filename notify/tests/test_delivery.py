@@ -491,3 +491,16 @@ def test_a_failing_outbox_write_never_fails_the_evaluation(
     with system_context():
         assert NotificationLog.objects.filter(operator_id=a.operator.pk).count() == 1
     assert _rows() == []
+
+
+def test_a_429s_retry_after_is_honoured(stack: ExitStack, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(delivery, "RETRY_SCHEDULE_S", (5, 300, 1800))
+    a = make_tenant("nra-a")
+    busy = stack.enter_context(running(Receiver(statuses=[429], headers={"Retry-After": "120"})))
+    _channel(a, "slack", busy.url)
+    _merge(a, [_hours_verdict()], 1_100, _job(a))
+    before = time.time()
+    delivery.deliver_due()
+    [row] = _rows()
+    assert (row.state, row.last_status) == ("failed", 429)
+    assert 119 <= row.next_attempt_at.timestamp() - before <= 125  # not the schedule's 5 s
