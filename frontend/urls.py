@@ -24,6 +24,16 @@ urlpatterns = [
     path("incidents/", incidents.incident_list, name="incidents"),
     path("incidents/<uuid:public_id>/", incidents.incident_detail, name="incident"),
     path("incidents/<uuid:public_id>/summary/", share.incident_summary, name="incident-summary"),
+    path(
+        "incidents/<uuid:public_id>/share-links/",
+        share.share_link_create,
+        name="incident-share-link-create",
+    ),
+    path(
+        "incidents/<uuid:public_id>/share-links/<int:link_id>/revoke/",
+        share.share_link_revoke,
+        name="incident-share-link-revoke",
+    ),
     # A share link (investigations/api/share_links.py): the token is the credential.
     path("share/<str:token>/", share.shared_verdict, name="share"),
     path("settings/", settings_index.settings_index, name="settings"),

@@ -22,7 +22,11 @@ import re
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
+
+from django.db.models import Count, Max
+from django.utils import timezone
 
 from frontend.selectors import incident_charts
 from frontend.selectors.incidents import (
@@ -33,8 +37,9 @@ from frontend.selectors.incidents import (
     place_parts,
 )
 from ingest.models import JobRank, Process
+from investigations.models import ShareLink
 from tenants.access import Principal
-from tenants.models import Operator
+from tenants.models import Operator, Role
 
 # NVML's GPU and MIG UUIDs, wherever they appear in free text.
 _GPU_UUID = re.compile(r"\b(?:GPU|MIG)-[0-9A-Fa-f]{8}(?:-[0-9A-Fa-f]{4}){3}-[0-9A-Fa-f]{12}\b")
@@ -238,3 +243,46 @@ def customer_verdict(
         evidence=evidence,
         cleared=cleared,
     )
+
+
+# --- the summary page's share links (operator roles and customer admins) -------------------
+
+SHARE_DURATIONS: tuple[tuple[int, str], ...] = (
+    (3600, "1 hour"),
+    (24 * 3600, "1 day"),
+    (7 * 24 * 3600, "7 days"),
+    (30 * 24 * 3600, "30 days"),
+)
+
+
+@dataclass(frozen=True)
+class ShareLinkRow:
+    id: int
+    created_at: datetime
+    expires_at: datetime
+    expired: bool
+    opens: int
+    last_opened: datetime | None
+
+
+def may_share(principal: Principal) -> bool:
+    return principal.can_write and principal.role != Role.CUSTOMER_VIEWER
+
+
+def share_links_of(principal: Principal, incident_pk: int) -> list[ShareLinkRow]:
+    """The incident's live (not revoked) links with their open counts, newest first: one
+    query. Empty for those who may not share."""
+    if not may_share(principal):
+        return []
+    now = timezone.now()
+    rows = (
+        ShareLink.objects.for_tenant(principal)
+        .filter(incident_id=incident_pk, revoked_at__isnull=True)
+        .annotate(open_count=Count("opens"), last_opened=Max("opens__opened_at"))
+        .order_by("-created_at", "-id")
+        .values_list("pk", "created_at", "expires_at", "open_count", "last_opened")
+    )
+    return [
+        ShareLinkRow(int(pk), created, expires, expires <= now, int(count), last)
+        for pk, created, expires, count, last in rows
+    ]

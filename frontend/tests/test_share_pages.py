@@ -294,3 +294,48 @@ def test_fleet_health_verdict_shared_by_the_operator(a: Tenant) -> None:
     assert len(_charts(body)) == len(incident.verdict["evidence"])
     assert incident.subject_gpu not in body and incident.subject_gpu[:12] not in body
     assert incident.subject_node not in body and "gpu-1" in body
+
+
+def test_summary_page_makes_lists_and_revokes_share_links(client: Client, world: World) -> None:
+    _login(client, "shpalpha-customer-admin")
+    summary = f"/incidents/{world.slow.public_id}/summary/"
+    create = f"/incidents/{world.slow.public_id}/share-links/"
+    assert client.post(create, {"expires_in_s": "59"}).status_code == 400
+    assert b"expires_in_s" in client.post(create, {"expires_in_s": "forever"}).content
+    made = client.post(create, {"expires_in_s": "3600"})
+    assert made.status_code == 302 and made["Location"] == summary
+    page = client.get(summary)
+    assert page["Cache-Control"] == "no-store"
+    [url] = re.findall(
+        r'data-testid="new-share-link">[^<]*<code>([^<]+)</code>', page.content.decode()
+    )
+    assert 'data-testid="new-share-link"' not in client.get(summary).content.decode()  # once
+    path = "/" + url.split("://", 1)[1].split("/", 1)[1]
+    assert Client().get(path).status_code == 200
+    body = client.get(summary).content.decode()
+    assert body.count('data-testid="share-link"') == 1
+    assert re.search(r'data-testid="share-link">.*?<td class="num">1</td>', body, re.S)
+    [revoke] = re.findall(r'action="(/incidents/[^"]+/revoke/)"', body)
+    assert client.post(revoke).status_code == 302
+    assert Client().get(path).status_code == 410
+    assert client.post(revoke).status_code == 404  # already revoked
+    # Another customer's incident, another operator's; viewers cannot share at all.
+    assert (
+        client.post(
+            f"/incidents/{world.fault.public_id}/share-links/", {"expires_in_s": "3600"}
+        ).status_code
+        == 404
+    )
+    assert (
+        client.post(
+            f"/incidents/{world.other.public_id}/share-links/", {"expires_in_s": "3600"}
+        ).status_code
+        == 404
+    )
+    client.logout()
+    _login(client, "shpalpha-customer-viewer")
+    assert 'data-testid="share-links"' not in client.get(summary).content.decode()
+    assert client.post(create, {"expires_in_s": "3600"}).status_code == 404
+    client.logout()
+    _login(client, "shpbravo-op-admin")
+    assert client.post(revoke).status_code == 404
