@@ -191,6 +191,9 @@ class SeriesRollup(TenantOwned):
                 fields=["series", "bucket_start_ms"], name="ingest_rollup_unique"
             )
         ]
+        # One hour of the whole fleet at once (the console's idle-while-holding-memory scan
+        # reads the newest bucket of every GPU) without probing each series.
+        indexes = [operator_index("bucket_start_ms", name="ingest_rollup_bucket")]
 
 
 class LogLine(TenantOwned):
