@@ -17,9 +17,12 @@ the schedule's longest wait), and gives up once the schedule is spent.
 
 from __future__ import annotations
 
+import ipaddress
 import logging
+import socket
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
@@ -143,12 +146,47 @@ def claim(now: datetime | None = None, limit: int = CLAIM_BATCH) -> list[Claimed
     return claimed
 
 
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """A 3xx is an answer, not a place to go: following it could lead the worker anywhere
+    (an address inside the network); it ends the delivery like another 4xx."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+_OPENER = urllib.request.build_opener(_NoRedirects)
+
+
+def destination_refused(url: str) -> str:
+    """Why the worker will not post to `url` ("" if it will). Unless PROOF_NOTIFY_ALLOW_PRIVATE
+    (the default outside production), a destination that resolves to a loopback, private,
+    link-local or otherwise internal address is refused, so a channel cannot make the server
+    call its own network (cloud metadata, Redis, the database)."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return f"not an http(s) URL: {parts.scheme or '?'}://"
+    if settings.PROOF_NOTIFY_ALLOW_PRIVATE:
+        return ""
+    try:
+        infos = socket.getaddrinfo(parts.hostname, parts.port or 443, type=socket.SOCK_STREAM)
+    except OSError as exc:
+        return f"cannot resolve {parts.hostname}: {exc}"
+    for info in infos:
+        address = ipaddress.ip_address(info[4][0])
+        if not address.is_global or address.is_multicast:
+            return f"{parts.hostname} resolves to an internal address ({address})"
+    return ""
+
+
 def send_http(message: formats.HttpMessage, timeout: float) -> Outcome:
-    request = urllib.request.Request(  # noqa: S310 - the operator's configured http(s) URL
+    refused = destination_refused(message.url)
+    if refused:
+        return Outcome(None, f"destination refused: {refused}"[:500], False)
+    request = urllib.request.Request(  # noqa: S310 - checked just above: http(s) only
         message.url, data=message.body, headers=message.headers, method="POST"
     )
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310
+        with _OPENER.open(request, timeout=timeout) as response:
             response.read(65536)
             return Outcome(int(response.status), "", False)
     except urllib.error.HTTPError as exc:

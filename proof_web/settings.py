@@ -210,6 +210,9 @@ LOGOUT_REDIRECT_URL = "login"
 PROOF_PUBLIC_URL = env_str("PROOF_PUBLIC_URL", "http://127.0.0.1:8000")
 # Each delivery attempt's connect and read timeout: a hanging receiver costs its own row this.
 PROOF_NOTIFY_TIMEOUT_S = env_float("PROOF_NOTIFY_TIMEOUT_S", 5.0, minimum=0.1)
+# Let channels post to loopback/private/link-local addresses (a receiver on this host or
+# network); off in production so a channel cannot make the server call its own network.
+PROOF_NOTIFY_ALLOW_PRIVATE = env_bool("PROOF_NOTIFY_ALLOW_PRIVATE", not IS_PRODUCTION)
 PROOF_PAGERDUTY_EVENTS_URL = env_str(
     "PROOF_PAGERDUTY_EVENTS_URL", "https://events.pagerduty.com/v2/enqueue"
 )

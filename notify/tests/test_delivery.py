@@ -504,3 +504,30 @@ def test_a_429s_retry_after_is_honoured(stack: ExitStack, monkeypatch: pytest.Mo
     [row] = _rows()
     assert (row.state, row.last_status) == ("failed", 429)
     assert 119 <= row.next_attempt_at.timestamp() - before <= 125  # not the schedule's 5 s
+
+
+def test_internal_destinations_and_redirects_are_refused(stack: ExitStack, settings: Any) -> None:
+    a = make_tenant("nss-a")
+    inside = stack.enter_context(running(Receiver()))
+    elsewhere = stack.enter_context(running(Receiver()))
+    redirecting = stack.enter_context(
+        running(Receiver(statuses=[307], headers={"Location": elsewhere.url}))
+    )
+    _channel(a, "webhook", redirecting.url)
+    _merge(a, [_hours_verdict()], 1_100, _job(a))
+    delivery.deliver_due()
+    [row] = _rows()
+    assert (row.state, row.last_status) == ("gave_up", 307)  # not followed, not retried
+    assert len(redirecting.received) == 1 and elsewhere.received == []
+    # As in production: a destination on this host (or any internal address) is refused.
+    settings.PROOF_NOTIFY_ALLOW_PRIVATE = False
+    assert delivery.destination_refused("http://169.254.169.254/latest/meta-data/")
+    assert delivery.destination_refused("http://10.1.2.3/hook")
+    assert delivery.destination_refused("file:///etc/passwd")
+    _channel(a, "slack", inside.url)
+    _merge(a, [_hours_verdict(category="infrastructure", end=1_200)], 1_200, _job(a))
+    delivery.deliver_due()
+    refused = [r for r in _rows() if r.state == "gave_up" and r.last_status is None]
+    assert len(refused) == 2  # the change, to both channels
+    assert all("internal address (127.0.0.1)" in r.last_error for r in refused)
+    assert inside.received == [] and len(redirecting.received) == 1
