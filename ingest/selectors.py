@@ -791,38 +791,46 @@ def idle_gpus_holding_memory(
         signals.DCGM_FI_DEV_GPU_UTIL,
     ),
     limit: int = 50,
-) -> tuple[int, list[IdleHolder]]:
-    """GPUs idle while holding memory, from each GPU's newest rollup bucket starting at or
-    after `since` (one query over the whole fleet): framebuffer used ≥ `min_memory_mib` at
-    every sample of the bucket (its minimum) while the mean activity — the first of
+) -> tuple[int, float | None, list[IdleHolder]]:
+    """GPUs idle while holding memory in the tenant's newest rollup hour starting at or after
+    `since` (one query over the whole fleet): framebuffer used ≥ `min_memory_mib` at every
+    sample of the hour so far (its minimum) while the mean activity — the first of
     `activity_names` (a 0–1 ratio) the GPU reports, else the second (a percentage) — is at
     most `max_activity`. A process holding memory and launching nothing: a hung or abandoned
-    job, a notebook left open. Returns (how many GPUs, the `limit` holding most memory)."""
+    job, a notebook left open. Returns (how many GPUs, the hour's start, the `limit` holding
+    most memory).
+
+    One hour for the whole fleet (the newest any series has, found by the (operator, bucket)
+    index), not each series' own newest: the hour's rows are one index range, where finding
+    every series' newest bucket is one index probe per series (30,000 at 10,000 GPUs). A GPU
+    whose rollup of that hour is missing (its node's batches late) is not listed until it is
+    there."""
     fb = signals.DCGM_FI_DEV_FB_USED
     ratio, percent = activity_names
     series, rollup = Series._meta.db_table, SeriesRollup._meta.db_table
     # S608: table names are the models' own; every value is a bound parameter.
     sql = f"""
-        WITH latest AS (
-            SELECT s.gpu, s.name, r.bucket_start_ms AS bucket, SUM(r.count) AS n,
-                   SUM(r.sum) / SUM(r.count) AS mean, MIN(r.min) AS lo,
-                   ROW_NUMBER() OVER (
-                       PARTITION BY s.gpu, s.name ORDER BY r.bucket_start_ms DESC) AS newest
+        WITH hour AS (
+            SELECT MAX(bucket_start_ms) AS bucket FROM {rollup}
+            WHERE operator_id = %s AND bucket_start_ms >= %s
+        ), latest AS (
+            SELECT s.gpu, s.name, SUM(r.count) AS n, SUM(r.sum) / SUM(r.count) AS mean,
+                   MIN(r.min) AS lo
             FROM {rollup} r JOIN {series} s ON s.id = r.series_id
-            WHERE r.operator_id = %s AND s.operator_id = %s AND s.gpu <> ''
-              AND s.name IN (%s, %s, %s) AND r.bucket_start_ms >= %s
-            GROUP BY s.gpu, s.name, r.bucket_start_ms
+            WHERE r.operator_id = %s AND r.bucket_start_ms = (SELECT bucket FROM hour)
+              AND s.operator_id = %s AND s.gpu <> '' AND s.name IN (%s, %s, %s)
+            GROUP BY s.gpu, s.name
         ), per_gpu AS (
             SELECT gpu,
-                   MAX(CASE WHEN name = %s THEN bucket END) AS bucket,
                    MAX(CASE WHEN name = %s THEN n END) AS n,
                    MAX(CASE WHEN name = %s THEN lo END) AS memory_min,
                    MAX(CASE WHEN name = %s THEN mean END) AS memory_mean,
                    COALESCE(MAX(CASE WHEN name = %s THEN mean END),
                             MAX(CASE WHEN name = %s THEN mean END) / 100.0) AS activity
-            FROM latest WHERE newest = 1 GROUP BY gpu
+            FROM latest GROUP BY gpu
         )
-        SELECT gpu, bucket, n, memory_min, memory_mean, activity, COUNT(*) OVER () AS total
+        SELECT gpu, (SELECT bucket FROM hour), n, memory_min, memory_mean, activity,
+               COUNT(*) OVER () AS total
         FROM per_gpu
         WHERE memory_min >= %s AND activity <= %s
         ORDER BY memory_min DESC, gpu
@@ -830,12 +838,12 @@ def idle_gpus_holding_memory(
     """  # noqa: S608
     params: list[Any] = [
         operator_id,
+        _ms(since),
+        operator_id,
         operator_id,
         fb,
         ratio,
         percent,
-        _ms(since),
-        fb,
         fb,
         fb,
         fb,
@@ -850,8 +858,13 @@ def idle_gpus_holding_memory(
         # counts (django_assert_num_queries) see the statement.
         cursor.execute(sql, params)
         rows = cursor.fetchall()
-    total = int(rows[0][6]) if rows else 0
-    return total, [
-        IdleHolder(str(g), b / 1000.0, int(n or 0), float(lo), float(mean or 0.0), float(act))
-        for g, b, n, lo, mean, act, _ in rows
-    ]
+    if not rows:
+        return 0, None, []
+    return (
+        int(rows[0][6]),
+        rows[0][1] / 1000.0,
+        [
+            IdleHolder(str(g), b / 1000.0, int(n or 0), float(lo), float(mean or 0.0), float(a))
+            for g, b, n, lo, mean, a, _ in rows
+        ],
+    )

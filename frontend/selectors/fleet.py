@@ -9,10 +9,12 @@ scan is one query over those buckets, and the heat map reads only its page's 50 
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
+from django.db import connection
 from django.db.models import Count, Exists, OuterRef, Q, QuerySet
 
 from contract import signals
@@ -143,6 +145,7 @@ class FleetPage:
     pages: int
     idle_total: int
     idle: list[IdleRow]
+    idle_as_of: float
     models: list[str] = field(default_factory=list)
     customers: list[tuple[int, str]] = field(default_factory=list)
 
@@ -336,40 +339,73 @@ def _heat_map(
     return rows, columns, uuids
 
 
-def _idle(
-    principal: Principal, filters: FleetFilters, cutoff: datetime, now: float
-) -> tuple[int, list[IdleRow]]:
-    total, holders = ingest_selectors.idle_gpus_holding_memory(
+@dataclass(frozen=True)
+class _IdleScan:
+    at: float  # when it was read (seconds)
+    total: int
+    hour: float | None
+    rows: list[IdleRow]
+
+
+# The idle scan per (database, operator, memory threshold), kept IDLE_CACHE_S in this process.
+# It reads one hour of the whole fleet's rollups — tens of thousands of rows at 10,000 GPUs,
+# hundreds of milliseconds — and what it reads changes when the rollups are rebuilt (every 15
+# minutes, ingest-rollups), so a minute's reuse loses nothing worth a scan on every view.
+IDLE_CACHE_S = 60.0
+_idle_cache: dict[tuple[str, int, int], _IdleScan] = {}
+_idle_lock = threading.Lock()
+
+
+def clear_idle_cache() -> None:
+    with _idle_lock:
+        _idle_cache.clear()
+
+
+def _idle(principal: Principal, filters: FleetFilters, cutoff: datetime, now: float) -> _IdleScan:
+    key = (
+        str(connection.settings_dict.get("NAME")),
+        principal.operator_id,
+        filters.idle_memory_mib,
+    )
+    with _idle_lock:
+        cached = _idle_cache.get(key)
+    if cached is not None and 0 <= now - cached.at < IDLE_CACHE_S:
+        return cached
+    total, hour, holders = ingest_selectors.idle_gpus_holding_memory(
         principal.operator_id,
         since=now - RECENT_S,
         min_memory_mib=filters.idle_memory_mib,
         max_activity=IDLE_MAX_ACTIVITY,
         limit=IDLE_ROWS,
     )
-    if not holders:
-        return total, []
-    uuids = [h.gpu for h in holders]
-    where = {
-        uuid: (node or "", index, model)
-        for uuid, node, index, model in Gpu.objects.for_tenant(principal)
-        .filter(uuid__in=uuids)
-        .values_list("uuid", "node__hostname", "index", "model")
-    }
-    jobs = jobs_holding(principal, uuids, cutoff)
-    return total, [
-        IdleRow(
-            h.gpu,
-            *where.get(h.gpu, ("", None, "")),
-            memory_min_mib=h.memory_min_mib,
-            memory_mean_mib=h.memory_mean_mib,
-            activity=h.activity,
-            since=h.bucket_start,
-            samples=h.samples,
-            job=jobs.get(h.gpu, (None, None))[0],
-            customer=jobs.get(h.gpu, (None, None))[1],
-        )
-        for h in holders
-    ]
+    rows: list[IdleRow] = []
+    if holders:
+        uuids = [h.gpu for h in holders]
+        where = {
+            uuid: (node or "", index, model)
+            for uuid, node, index, model in Gpu.objects.for_tenant(principal)
+            .filter(uuid__in=uuids)
+            .values_list("uuid", "node__hostname", "index", "model")
+        }
+        jobs = jobs_holding(principal, uuids, cutoff)
+        rows = [
+            IdleRow(
+                h.gpu,
+                *where.get(h.gpu, ("", None, "")),
+                memory_min_mib=h.memory_min_mib,
+                memory_mean_mib=h.memory_mean_mib,
+                activity=h.activity,
+                since=h.bucket_start,
+                samples=h.samples,
+                job=jobs.get(h.gpu, (None, None))[0],
+                customer=jobs.get(h.gpu, (None, None))[1],
+            )
+            for h in holders
+        ]
+    scan = _IdleScan(now, total, hour, rows)
+    with _idle_lock:
+        _idle_cache[key] = scan
+    return scan
 
 
 def fleet_page(principal: Principal, filters: FleetFilters, now: float | None = None) -> FleetPage:
@@ -397,7 +433,7 @@ def fleet_page(principal: Principal, filters: FleetFilters, now: float | None = 
             else []
         )
         rows, columns, _ = _heat_map(principal, nodes, cutoff, now) if nodes else ([], [], [])
-        idle_total, idle = _idle(principal, filters, cutoff, now)
+        idle = _idle(principal, filters, cutoff, now)
     return FleetPage(
         filters=filters,
         cards=cards,
@@ -405,8 +441,9 @@ def fleet_page(principal: Principal, filters: FleetFilters, now: float | None = 
         columns=columns,
         nodes_total=total,
         pages=max(1, -(-total // NODES_PER_PAGE)),
-        idle_total=idle_total,
-        idle=idle,
+        idle_total=idle.total,
+        idle=idle.rows,
+        idle_as_of=idle.at,
         models=models,
         customers=customers,
     )

@@ -22,12 +22,9 @@ from typing import Any
 from django.db.models import (
     Case,
     Count,
-    Exists,
     F,
     FloatField,
-    OuterRef,
     QuerySet,
-    Subquery,
     Sum,
     Value,
     When,
@@ -35,6 +32,7 @@ from django.db.models import (
 from django.db.models.fields.json import KT
 from django.db.models.functions import Cast, Greatest, Least
 
+from ingest.models import Job
 from investigations.models import Incident, IncidentState, JobGpuUsage
 from investigations.pricing import RealPrice, UsageRow, real_price
 from investigations.selectors import list_prices
@@ -111,15 +109,6 @@ def _seconds(field: str) -> Sum:
     return Sum(F(field) * F("part"), output_field=FloatField())
 
 
-def _price_case(prices: Prices) -> Any:
-    """The row's list price per GPU-hour as a float (NULL for an unpriced model), for SQL
-    ordering only: the money shown is computed in Decimal by real_price."""
-    whens = [When(gpu_model=m, then=Value(float(p))) for m, (p, _c) in prices.items()]
-    if not whens:
-        return Value(None, output_field=FloatField())
-    return Case(*whens, default=Value(None), output_field=FloatField())
-
-
 def _usage_rows(values: Any) -> list[tuple[Any, UsageRow]]:
     return [
         (key, UsageRow(model or "", g or 0.0, c or 0.0, w or 0.0, i or 0.0, method or ""))
@@ -159,33 +148,23 @@ def _lost_hours() -> Any:
     return Cast(KT("verdict__impact__gpu_hours_lost"), FloatField())
 
 
-def _job_price_per_gpu_hour(prices: Prices) -> Subquery:
-    """The job's mean list price per GPU-hour over all its usage (its GPUs' models weighted by
-    their GPU time): what one GPU-hour of that job costs."""
+def open_losses(principal: Principal, period: Period) -> dict[int, tuple[int, float]]:
+    """Job pk → (open incidents, GPU-hours their verdicts say were lost) of the open job
+    incidents the principal may see whose interval overlaps the period (one query)."""
     rows = (
-        JobGpuUsage.objects.filter(job_id=OuterRef("job_id"))
-        .values("job_id")
-        .annotate(
-            p=Sum(F("gpu_seconds") * _price_case(prices), output_field=FloatField())
-            / Sum("gpu_seconds", output_field=FloatField())
+        Incident.objects.for_tenant(principal)
+        .filter(
+            state=IncidentState.OPEN,
+            job__isnull=False,
+            first_seen__lt=datetime.fromtimestamp(period.t1, UTC),
+            last_seen__gte=datetime.fromtimestamp(period.t0, UTC),
         )
-        .values("p")
+        .values("job_id")
+        .annotate(n=Count("id"), hours=Sum(_lost_hours(), output_field=FloatField()))
+        .order_by()
+        .values_list("job_id", "n", "hours")
     )
-    return Subquery(rows, output_field=FloatField())
-
-
-def open_incidents_in(
-    principal: Principal, period: Period, usage: QuerySet[JobGpuUsage]
-) -> QuerySet[Incident]:
-    """Open job incidents the principal may see that overlap the period, on jobs with usage in
-    it."""
-    return Incident.objects.for_tenant(principal).filter(
-        Exists(usage.filter(job_id=OuterRef("job_id"))),
-        state=IncidentState.OPEN,
-        job__isnull=False,
-        first_seen__lt=datetime.fromtimestamp(period.t1, UTC),
-        last_seen__gte=datetime.fromtimestamp(period.t0, UTC),
-    )
+    return {int(j): (int(n), float(h or 0.0)) for j, n, h in rows}
 
 
 @dataclass(frozen=True)
@@ -195,25 +174,8 @@ class Loss:
     money: Decimal | None  # at the jobs' list prices; None when nothing of it is priced
 
 
-def _losses(incidents: QuerySet[Incident], key: str, prices: Prices) -> dict[Any, Loss]:
-    lost = _lost_hours()
-    rows = (
-        incidents.values(key)
-        .annotate(
-            n=Count("id"),
-            hours=Sum(lost, output_field=FloatField()),
-            money=Sum(lost * _job_price_per_gpu_hour(prices), output_field=FloatField()),
-        )
-        .order_by()
-        .values_list(key, "n", "hours", "money")
-    )
-    return {k: Loss(int(n), float(h or 0.0), _money(m)) for k, n, h, m in rows}
-
-
-def _money(value: float | None) -> Decimal | None:
-    if value is None:
-        return None
-    return Decimal(str(value)).quantize(Decimal("0.01"), rounding=ROUND_HALF_UP)
+def _money(value: Decimal | None) -> Decimal | None:
+    return None if value is None else value.quantize(Decimal("0.01"), rounding=ROUND_HALF_UP)
 
 
 # --- the page --------------------------------------------------------------------------------
@@ -291,112 +253,44 @@ class PricePage:
         return (self.fleet.list_cost / Decimal(str(self.fleet.gpu_hours))).quantize(Decimal("0.01"))
 
 
-def _order(sort: str) -> list[Any]:
-    desc = sort.startswith("-")
-    key = sort.lstrip("-")
-    expr: Any = {
-        "gpu_hours": F("g"),
-        "cost": F("cost_key"),
-        "share": F("c") / Greatest(F("g"), Value(1e-9)),
-        "job": F("job__job_id"),
-    }[key]
-    ordered = expr.desc(nulls_last=True) if desc else expr.asc(nulls_last=True)
-    return [ordered, "job_id"]
+@dataclass
+class _JobUsage:
+    """One job's usage rows in the period (per GPU model and method), as read."""
 
+    job_id: str
+    customer_id: int | None
+    rows: list[UsageRow]
 
-def price_page(principal: Principal, period: Period, *, sort: str, page: int) -> PricePage:
-    """Everything /price/ shows for the principal over the period. `sort` is one of JOB_SORTS
-    (optionally "-"-prefixed) and `page` ≥ 1, both validated by the view; a page past the end
-    is empty."""
-    with tenant_context(principal.operator_id):
-        prices = list_prices(principal.operator_id)
-        usage = usage_in_period(principal, period)
-        by_customer: dict[int | None, list[UsageRow]] = {}
-        for customer_id, row in _usage_rows(_grouped_usage(usage, "job__customer_id")):
-            by_customer.setdefault(customer_id, []).append(row)
-        all_rows = [r for rows in by_customer.values() for r in rows]
-        fleet = real_price(all_rows, prices)
-        incidents = open_incidents_in(principal, period, usage)
-        customers: list[CustomerPrice] = []
-        customer_losses: dict[Any, Loss] = {}
-        if principal.is_operator:
-            customer_losses = _losses(incidents, "job__customer_id", prices)
-            names = _customer_names(principal, [c for c in by_customer if c is not None])
-            customers = sorted(
-                (
-                    CustomerPrice(
-                        c,
-                        names.get(c, "(no customer)") if c is not None else "(no customer)",
-                        real_price(rows, prices),
-                        customer_losses.get(c),
-                    )
-                    for c, rows in by_customer.items()
-                ),
-                key=lambda cp: (-cp.price.gpu_hours, cp.name),
-            )
-            fleet_loss = _sum_losses(customer_losses.values())
-        else:
-            fleet_loss = _sum_losses(_losses(incidents, "job__customer_id", prices).values())
-        jobs_total = usage.values("job_id").distinct().count()
-        start = (page - 1) * PAGE_SIZE
-        page_keys = list(
-            usage.values("job_id")
-            .annotate(
-                g=_seconds("gpu_seconds"),
-                c=_seconds("compute_seconds"),
-                cost_key=Sum(
-                    F("gpu_seconds") * F("part") * _price_case(prices), output_field=FloatField()
-                ),
-            )
-            .order_by(*_order(sort))
-            .values_list("job_id", flat=True)[start : start + PAGE_SIZE]
+    def gpu_seconds(self) -> float:
+        return sum(r.gpu_seconds for r in self.rows)
+
+    def compute_seconds(self) -> float:
+        return sum(r.compute_seconds for r in self.rows)
+
+    def price_per_gpu_hour(self, prices: Prices) -> Decimal | None:
+        """The job's list price per GPU-hour: its GPUs' models weighted by their GPU time
+        (None if a model of it has no price)."""
+        g = self.gpu_seconds()
+        if g <= 0 or any(r.gpu_model not in prices for r in self.rows):
+            return None
+        cost = sum(
+            (Decimal(str(r.gpu_seconds)) * prices[r.gpu_model][0] for r in self.rows), Decimal(0)
         )
-        jobs = _job_rows(principal, usage, incidents, page_keys, prices)
-    pages = max(1, -(-jobs_total // PAGE_SIZE))
-    return PricePage(
-        period=period,
-        fleet=fleet,
-        fleet_loss=fleet_loss,
-        customers=customers,
-        jobs=jobs,
-        jobs_total=jobs_total,
-        page=page,
-        pages=pages,
-        sort=sort,
-        lost_share=(fleet_loss.gpu_hours / fleet.gpu_hours) if fleet.gpu_hours > 0 else 0.0,
-    )
+        return cost / Decimal(str(g))
+
+    def cost_key(self, prices: Prices) -> float | None:
+        if any(r.gpu_model not in prices for r in self.rows):
+            return None
+        return sum(r.gpu_seconds * float(prices[r.gpu_model][0]) for r in self.rows)
 
 
-def _sum_losses(losses: Any) -> Loss:
-    losses = list(losses)
-    priced = [x.money for x in losses if x.money is not None]
-    return Loss(
-        sum(x.incidents for x in losses),
-        sum(x.gpu_hours for x in losses),
-        sum(priced, Decimal(0)) if priced else None,
-    )
-
-
-def _customer_names(principal: Principal, ids: list[int]) -> dict[int, str]:
-    return dict(Customer.objects.for_tenant(principal).filter(pk__in=ids).values_list("pk", "name"))
-
-
-def _job_rows(
-    principal: Principal,
-    usage: QuerySet[JobGpuUsage],
-    incidents: QuerySet[Incident],
-    job_pks: list[int],
-    prices: Prices,
-) -> list[JobPrice]:
-    """The page's jobs, in `job_pks` order: their real price over the period (one query) and
-    their open verdicts' loss (one query)."""
-    if not job_pks:
-        return []
-    rows: dict[int, list[UsageRow]] = {}
-    info: dict[int, tuple[str, str, str]] = {}
-    grouped = (
-        usage.filter(job_id__in=job_pks)
-        .values("job_id", "job__job_id", "job__name", "job__customer__name", "gpu_model", "method")
+def _read_jobs(usage: QuerySet[JobGpuUsage]) -> dict[int, _JobUsage]:
+    """Every job's usage in the period, per GPU model and method: one GROUP BY over the usage
+    rows (a few rows a job), the rest is arithmetic on them. Names are read apart, for the
+    rows shown (grouping by them cost more than the sums)."""
+    jobs: dict[int, _JobUsage] = {}
+    for pk, job_id, customer_id, model, method, g, c, w, i in (
+        usage.values("job_id", "job__job_id", "job__customer_id", "gpu_model", "method")
         .annotate(
             g=_seconds("gpu_seconds"),
             c=_seconds("compute_seconds"),
@@ -405,29 +299,118 @@ def _job_rows(
         )
         .order_by()
         .values_list(
-            "job_id",
-            "job__job_id",
-            "job__name",
-            "job__customer__name",
-            "gpu_model",
-            "method",
-            "g",
-            "c",
-            "w",
-            "i",
+            "job_id", "job__job_id", "job__customer_id", "gpu_model", "method", "g", "c", "w", "i"
         )
+    ):
+        job = jobs.get(pk)
+        if job is None:
+            job = jobs[pk] = _JobUsage(job_id, customer_id, [])
+        job.rows.append(UsageRow(model or "", g or 0.0, c or 0.0, w or 0.0, i or 0.0, method or ""))
+    return jobs
+
+
+def _sort_key(sort: str, prices: Prices) -> Any:
+    key = sort.lstrip("-")
+    if key == "gpu_hours":
+        return lambda item: item[1].gpu_seconds()
+    if key == "cost":
+        return lambda item: item[1].cost_key(prices)
+    if key == "share":
+        return lambda item: item[1].compute_seconds() / max(item[1].gpu_seconds(), 1e-9)
+    return lambda item: item[1].job_id
+
+
+def _sorted(jobs: dict[int, _JobUsage], sort: str, prices: Prices) -> list[int]:
+    """Job pks in `sort` order (unpriced jobs last either way; ties by pk)."""
+    key = _sort_key(sort, prices)
+    keyed = [(key(item), item[0]) for item in sorted(jobs.items())]
+    known = [(k, pk) for k, pk in keyed if k is not None]
+    known.sort(key=lambda kp: kp[0], reverse=sort.startswith("-"))
+    return [pk for _k, pk in known] + [pk for k, pk in keyed if k is None]
+
+
+def _loss(jobs: list[tuple[_JobUsage, tuple[int, float]]], prices: Prices) -> Loss:
+    """The loss of these jobs' open incidents: GPU-hours at each job's list price."""
+    money: Decimal | None = None
+    for job, (_n, hours) in jobs:
+        price = job.price_per_gpu_hour(prices)
+        if price is not None and hours:
+            money = (money or Decimal(0)) + Decimal(str(hours)) * price
+    return Loss(sum(n for _j, (n, _h) in jobs), sum(h for _j, (_n, h) in jobs), _money(money))
+
+
+def _customer_names(principal: Principal) -> dict[int | None, str]:
+    with tenant_context(principal.operator_id):
+        return dict(Customer.objects.for_tenant(principal).values_list("pk", "name"))
+
+
+def _job_labels(principal: Principal, job_pks: list[int]) -> dict[int, tuple[str, str]]:
+    """Job pk → (name, customer name) of the jobs shown."""
+    if not job_pks:
+        return {}
+    with tenant_context(principal.operator_id):
+        rows = (
+            Job.objects.for_tenant(principal)
+            .filter(pk__in=job_pks)
+            .values_list("pk", "name", "customer__name")
+        )
+        return {pk: (name or "", customer or "") for pk, name, customer in rows}
+
+
+def price_page(principal: Principal, period: Period, *, sort: str, page: int) -> PricePage:
+    """Everything /price/ shows for the principal over the period (5 queries: list prices,
+    the usage per job × GPU model × method, the open verdicts' loss per job, customer names
+    (operators), the shown jobs' names). `sort` is one
+    of JOB_SORTS (optionally "-"-prefixed) and `page` ≥ 1, both validated by the view; a page
+    past the end is empty."""
+    with tenant_context(principal.operator_id):
+        prices = list_prices(principal.operator_id)
+        jobs = _read_jobs(usage_in_period(principal, period))
+        losses = open_losses(principal, period)
+    fleet = real_price([r for job in jobs.values() for r in job.rows], prices)
+    lost = [(job, losses[pk]) for pk, job in jobs.items() if pk in losses]
+    fleet_loss = _loss(lost, prices)
+    customers: list[CustomerPrice] = []
+    if principal.is_operator:
+        by_customer: dict[int | None, list[tuple[int, _JobUsage]]] = {}
+        for pk, job in jobs.items():
+            by_customer.setdefault(job.customer_id, []).append((pk, job))
+        names = _customer_names(principal)
+        for customer_id, members in by_customer.items():
+            name = names.get(customer_id, "(no customer)") if customer_id else "(no customer)"
+            customer_loss = _loss([(j, losses[pk]) for pk, j in members if pk in losses], prices)
+            customers.append(
+                CustomerPrice(
+                    customer_id,
+                    name,
+                    real_price([r for _pk, j in members for r in j.rows], prices),
+                    customer_loss if customer_loss.incidents else None,
+                )
+            )
+        customers.sort(key=lambda cp: (-cp.price.gpu_hours, cp.name))
+    start = (page - 1) * PAGE_SIZE
+    shown = _sorted(jobs, sort, prices)[start : start + PAGE_SIZE]
+    labels = _job_labels(principal, shown)
+    page_jobs = []
+    for pk in shown:
+        job = jobs[pk]
+        loss = _loss([(job, losses[pk])], prices) if pk in losses else None
+        name, customer = labels.get(pk, ("", ""))
+        page_jobs.append(
+            JobPrice(pk, job.job_id, name, customer, real_price(job.rows, prices), loss)
+        )
+    return PricePage(
+        period=period,
+        fleet=fleet,
+        fleet_loss=fleet_loss,
+        customers=customers,
+        jobs=page_jobs,
+        jobs_total=len(jobs),
+        page=page,
+        pages=max(1, -(-len(jobs) // PAGE_SIZE)),
+        sort=sort,
+        lost_share=(fleet_loss.gpu_hours / fleet.gpu_hours) if fleet.gpu_hours > 0 else 0.0,
     )
-    for pk, job_id, name, customer, model, method, g, c, w, i in grouped:
-        info[pk] = (job_id, name or "", customer or "")
-        rows.setdefault(pk, []).append(
-            UsageRow(model or "", g or 0.0, c or 0.0, w or 0.0, i or 0.0, method or "")
-        )
-    losses = _losses(incidents.filter(job_id__in=job_pks), "job_id", prices)
-    return [
-        JobPrice(pk, *info[pk], real_price(rows[pk], prices), losses.get(pk))
-        for pk in job_pks
-        if pk in info
-    ]
 
 
 __all__ = [

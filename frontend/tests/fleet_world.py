@@ -14,6 +14,7 @@ from django.db import connection
 
 from contract import signals
 from contract.wire.encode import BatchBuilder
+from frontend.selectors import fleet as fleet_selectors
 from ingest import services as ingest_services
 from ingest.models import Job
 from ingest.processing import Limits, decode_batch
@@ -112,6 +113,7 @@ def clear_process_caches() -> None:
     (operator, job id) would serve the earlier test's samples."""
     ingest_services.clear_caches()
     window_cache.CACHE.clear()
+    fleet_selectors.clear_idle_cache()
 
 
 def by_vendor(counts: dict[str, int]) -> int:
