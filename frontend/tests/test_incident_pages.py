@@ -154,6 +154,7 @@ def test_verdict_page_slow_rank(client: Client, world: World, block_reads: list[
     assert f'data-testid="money-lost">${money.quantize(Decimal("0.01"))}<' in body
     assert f'href="/jobs/{v["subject"]["job"]}/"' in body
     assert f'href="/fleet/?node={v["subject"]["node"]}"' in body  # operators: to the fleet
+    assert f'href="/incidents/{world.slow.public_id}/summary/"' in body  # the customer's view
     # Every evidence row has its chart: x covers the row's interval, and a baseline is drawn.
     rows = v["evidence"]
     charts = _evidence_charts(body)
