@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
 from django.db import connection
@@ -42,6 +42,9 @@ RECENT_S = 2 * 3600.0
 DEFAULT_IDLE_MEMORY_MIB = 1024
 IDLE_MAX_ACTIVITY = 0.01
 IDLE_ROWS = 50
+# The cards' productive share and effective price: the last day's GPU time, what the fleet is
+# doing now (the real-price page has any period).
+PRICE_HOURS = 24
 
 STATES = ("reporting", "silent", "incident")
 COLOURS = ("utilisation", "health")
@@ -68,9 +71,9 @@ class Cards:
     gpus: int
     gpus_reporting: int
     gpus_in_use: int
-    price: RealPrice  # the last 7 days' usage (as /price/ by default)
-    period: price_selectors.Period
+    price: RealPrice  # the last PRICE_HOURS hours' usage
     open_by_category: dict[str, int]
+    price_hours: int = 24
 
 
 @dataclass(frozen=True)
@@ -84,6 +87,10 @@ class Cell:
     incidents: tuple[str, ...]  # families of the open infrastructure incidents on the GPU
     job: str | None
     customer: str | None
+    # What the template writes (computed once here: 400 cells a page).
+    css: str = ""
+    text: str = ""
+    title: str = ""
 
     @property
     def level(self) -> int | None:
@@ -92,23 +99,33 @@ class Cell:
             return None
         return max(0, min(10, round(self.utilisation * 10)))
 
-    @property
-    def title(self) -> str:
-        parts = [
-            f"GPU {self.index if self.index is not None else '?'}",
-            self.model or "unknown model",
-            (
-                f"utilisation {self.utilisation * 100:.0f}% ({self.utilisation_source})"
-                if self.utilisation is not None
-                else "utilisation: no recent data"
-            ),
-            f"health: {self.health}"
-            + (f" ({', '.join(self.incidents)})" if self.incidents else ""),
-            f"job {self.job}" + (f" ({self.customer})" if self.customer else "")
-            if self.job
-            else "no job",
-        ]
-        return " · ".join(parts)
+
+HEALTH_MARKS = {"ok": "✓", "degrading": "D", "fault": "F", "incident": "I", "silent": "S"}
+
+
+def _drawn(cell: Cell, hostname: str, colour: str) -> Cell:
+    """The cell with its CSS class, text and hover title for the chosen colouring."""
+    if colour == "health":
+        css, text = f"h-{cell.health}", HEALTH_MARKS.get(cell.health, "?")
+    elif cell.level is None:
+        css, text = "nodata", "–"
+    else:
+        css, text = f"u{cell.level}", f"{(cell.utilisation or 0.0) * 100:.0f}"
+    parts = [
+        hostname,
+        f"GPU {cell.index if cell.index is not None else '?'}",
+        cell.model or "unknown model",
+        (
+            f"utilisation {cell.utilisation * 100:.0f}% ({cell.utilisation_source})"
+            if cell.utilisation is not None
+            else "utilisation: no recent data"
+        ),
+        f"health: {cell.health}" + (f" ({', '.join(cell.incidents)})" if cell.incidents else ""),
+        (f"job {cell.job}" + (f" ({cell.customer})" if cell.customer else ""))
+        if cell.job
+        else "no job",
+    ]
+    return replace(cell, css=css, text=text, title=" · ".join(parts))
 
 
 @dataclass(frozen=True)
@@ -178,16 +195,22 @@ def _open_infra(principal: Principal) -> QuerySet[Incident]:
     )
 
 
-def _cards(principal: Principal, cutoff: datetime) -> Cards:
+def _cards(principal: Principal, cutoff: datetime, now: float) -> tuple[Cards, list[str]]:
+    """The headline cards and the fleet's GPU models (5 queries)."""
     nodes = Node.objects.for_tenant(principal).aggregate(
         n=Count("id"), reporting=Count("id", filter=Q(last_seen_at__gte=cutoff))
     )
-    gpus = Gpu.objects.for_tenant(principal).aggregate(
-        n=Count("id"), reporting=Count("id", filter=Q(node__last_seen_at__gte=cutoff))
+    # GPUs per model and whether their node reports: the counts and the model filter's
+    # options from one pass over the GPUs.
+    per_model = list(
+        Gpu.objects.for_tenant(principal)
+        .values("model")
+        .annotate(n=Count("id"), reporting=Count("id", filter=Q(node__last_seen_at__gte=cutoff)))
+        .order_by("model")
+        .values_list("model", "n", "reporting")
     )
     in_use = holding(principal, cutoff).values("gpu").distinct().count()
-    period = price_selectors.default_period()
-    price = price_selectors.period_price(principal, period)
+    price = price_selectors.price_between(principal, now - PRICE_HOURS * 3600.0, now)
     by_category = dict(
         Incident.objects.for_tenant(principal)
         .filter(state=IncidentState.OPEN)
@@ -196,16 +219,17 @@ def _cards(principal: Principal, cutoff: datetime) -> Cards:
         .order_by()
         .values_list("category", "n")
     )
-    return Cards(
+    cards = Cards(
         nodes=nodes["n"],
         nodes_reporting=nodes["reporting"],
-        gpus=gpus["n"],
-        gpus_reporting=gpus["reporting"],
+        gpus=sum(n for _m, n, _r in per_model),
+        gpus_reporting=sum(r for _m, _n, r in per_model),
         gpus_in_use=in_use,
         price=price,
-        period=period,
         open_by_category=by_category,
+        price_hours=PRICE_HOURS,
     )
+    return cards, [m for m, _n, _r in per_model if m]
 
 
 def _nodes(principal: Principal, filters: FleetFilters, cutoff: datetime) -> QuerySet[Node]:
@@ -272,7 +296,7 @@ def _health(families: tuple[str, ...], reporting: bool) -> str:
 
 
 def _heat_map(
-    principal: Principal, nodes: list[Node], cutoff: datetime, now: float
+    principal: Principal, nodes: list[Node], cutoff: datetime, now: float, colour: str
 ) -> tuple[list[NodeRow], list[int], list[str]]:
     """The page's rows (4 queries: GPUs, utilisation, jobs, incidents), the GPU indexes, and
     the page's GPU uuids."""
@@ -318,16 +342,20 @@ def _heat_map(
             families = tuple(sorted(set(on_gpu.get(gpu, []))))
             value, source = _utilisation(buckets, gpu)
             job, customer = jobs.get(gpu, (None, None))
-            cell = Cell(
-                gpu,
-                index,
-                model,
-                value,
-                source,
-                _health(families + node_families, reporting),
-                families + node_families,
-                job,
-                customer,
+            cell = _drawn(
+                Cell(
+                    gpu,
+                    index,
+                    model,
+                    value,
+                    source,
+                    _health(families + node_families, reporting),
+                    families + node_families,
+                    job,
+                    customer,
+                ),
+                node.hostname,
+                colour,
             )
             if index is not None and 0 <= index < len(cells) and cells[index] is None:
                 cells[index] = cell
@@ -413,14 +441,7 @@ def fleet_page(principal: Principal, filters: FleetFilters, now: float | None = 
     now = datetime.now(UTC).timestamp() if now is None else now
     cutoff = datetime.fromtimestamp(now, UTC) - timedelta(minutes=filters.silent_min)
     with tenant_context(principal.operator_id):
-        cards = _cards(principal, cutoff)
-        models = list(
-            Gpu.objects.for_tenant(principal)
-            .exclude(model="")
-            .values_list("model", flat=True)
-            .distinct()
-            .order_by("model")
-        )
+        cards, models = _cards(principal, cutoff, now)
         customers = list(
             Customer.objects.for_tenant(principal).order_by("name", "id").values_list("pk", "name")
         )
@@ -432,7 +453,9 @@ def fleet_page(principal: Principal, filters: FleetFilters, now: float | None = 
             if start < total
             else []
         )
-        rows, columns, _ = _heat_map(principal, nodes, cutoff, now) if nodes else ([], [], [])
+        rows, columns, _ = (
+            _heat_map(principal, nodes, cutoff, now, filters.colour) if nodes else ([], [], [])
+        )
         idle = _idle(principal, filters, cutoff, now)
     return FleetPage(
         filters=filters,

@@ -198,8 +198,13 @@ def _implicating(evidence: list[dict[str, Any]], gpu: str) -> list[Sign]:
     """The evidence entries that point at this GPU: on it (or on no particular GPU) and with
     something observed (a hardware verdict's clearance rows that read 0 cleared it)."""
     out = []
+    seen: set[tuple[str, str]] = set()
     for e in evidence:
         observed = e.get("observed")
+        key = (str(e.get("signal") or ""), str(observed))
+        if key in seen:  # a hardware verdict cites a counter again in its clearance rows
+            continue
+        seen.add(key)
         if e.get("gpu") not in (None, "", gpu):
             continue
         if observed is None or (isinstance(observed, int | float) and observed == 0):

@@ -14,6 +14,7 @@ operator's whole fleet, a customer's own jobs.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import ROUND_HALF_UP, Decimal
@@ -82,12 +83,11 @@ def default_period(today: date | None = None) -> Period:
 # --- usage in a period -----------------------------------------------------------------------
 
 
-def _share_in_period(period: Period) -> Any:
-    """Share of a usage row's sampled span [first_ts, last_ts] inside the period (1 for a row
+def _share_between(t0: float, t1: float) -> Any:
+    """Share of a usage row's sampled span [first_ts, last_ts] inside [t0, t1) (1 for a row
     of one sample, which lies inside by the filter)."""
-    t0, t1 = Value(period.t0), Value(period.t1)
     span = F("last_ts") - F("first_ts")
-    overlap = Least(F("last_ts"), t1) - Greatest(F("first_ts"), t0)
+    overlap = Least(F("last_ts"), Value(t1)) - Greatest(F("first_ts"), Value(t0))
     return Case(
         When(last_ts__gt=F("first_ts"), then=Greatest(overlap, Value(0.0)) / span),
         default=Value(1.0),
@@ -95,14 +95,18 @@ def _share_in_period(period: Period) -> Any:
     )
 
 
-def usage_in_period(principal: Principal, period: Period) -> QuerySet[JobGpuUsage]:
-    """The usage rows the principal may see that overlap the period, each with `part`: the
-    share of it inside the period (inside the caller's tenant context)."""
+def usage_between(principal: Principal, t0: float, t1: float) -> QuerySet[JobGpuUsage]:
+    """The usage rows the principal may see that overlap [t0, t1), each with `part`: the share
+    of it inside (inside the caller's tenant context)."""
     return (
         JobGpuUsage.objects.for_tenant(principal)
-        .filter(first_ts__lt=period.t1, last_ts__gte=period.t0)
-        .annotate(part=_share_in_period(period))
+        .filter(first_ts__lt=t1, last_ts__gte=t0)
+        .annotate(part=_share_between(t0, t1))
     )
+
+
+def usage_in_period(principal: Principal, period: Period) -> QuerySet[JobGpuUsage]:
+    return usage_between(principal, period.t0, period.t1)
 
 
 def _seconds(field: str) -> Sum:
@@ -131,12 +135,16 @@ def _grouped_usage(qs: QuerySet[JobGpuUsage], key: str) -> Any:
     )
 
 
-def period_price(principal: Principal, period: Period) -> RealPrice:
-    """The real price of everything the principal may see over the period (2 queries)."""
+def price_between(principal: Principal, t0: float, t1: float) -> RealPrice:
+    """The real price of everything the principal may see over [t0, t1) (2 queries)."""
     with tenant_context(principal.operator_id):
         prices = list_prices(principal.operator_id)
-        grouped = _grouped_usage(usage_in_period(principal, period), "gpu_model")
+        grouped = _grouped_usage(usage_between(principal, t0, t1), "gpu_model")
         return real_price([row for _key, row in _usage_rows(grouped)], prices)
+
+
+def period_price(principal: Principal, period: Period) -> RealPrice:
+    return price_between(principal, period.t0, period.t1)
 
 
 # --- the money the open verdicts' causes cost ------------------------------------------------
@@ -271,12 +279,10 @@ class _JobUsage:
         """The job's list price per GPU-hour: its GPUs' models weighted by their GPU time
         (None if a model of it has no price)."""
         g = self.gpu_seconds()
-        if g <= 0 or any(r.gpu_model not in prices for r in self.rows):
+        cost = self.cost_key(prices)
+        if g <= 0 or cost is None:
             return None
-        cost = sum(
-            (Decimal(str(r.gpu_seconds)) * prices[r.gpu_model][0] for r in self.rows), Decimal(0)
-        )
-        return cost / Decimal(str(g))
+        return Decimal(str(cost / g))
 
     def cost_key(self, prices: Prices) -> float | None:
         if any(r.gpu_model not in prices for r in self.rows):
@@ -307,6 +313,19 @@ def _read_jobs(usage: QuerySet[JobGpuUsage]) -> dict[int, _JobUsage]:
             job = jobs[pk] = _JobUsage(job_id, customer_id, [])
         job.rows.append(UsageRow(model or "", g or 0.0, c or 0.0, w or 0.0, i or 0.0, method or ""))
     return jobs
+
+
+def _collapsed(rows: Iterable[UsageRow]) -> list[UsageRow]:
+    """The rows summed per GPU model and method: real_price is a sum over rows, so a fleet's
+    or a customer's thousands of rows price the same as these few."""
+    sums: dict[tuple[str, str], list[float]] = {}
+    for r in rows:
+        acc = sums.setdefault((r.gpu_model, r.method), [0.0, 0.0, 0.0, 0.0])
+        acc[0] += r.gpu_seconds
+        acc[1] += r.compute_seconds
+        acc[2] += r.wait_seconds
+        acc[3] += r.idle_seconds
+    return [UsageRow(m, g, c, w, i, method) for (m, method), (g, c, w, i) in sums.items()]
 
 
 def _sort_key(sort: str, prices: Prices) -> Any:
@@ -367,7 +386,7 @@ def price_page(principal: Principal, period: Period, *, sort: str, page: int) ->
         prices = list_prices(principal.operator_id)
         jobs = _read_jobs(usage_in_period(principal, period))
         losses = open_losses(principal, period)
-    fleet = real_price([r for job in jobs.values() for r in job.rows], prices)
+    fleet = real_price(_collapsed(r for job in jobs.values() for r in job.rows), prices)
     lost = [(job, losses[pk]) for pk, job in jobs.items() if pk in losses]
     fleet_loss = _loss(lost, prices)
     customers: list[CustomerPrice] = []
@@ -383,7 +402,7 @@ def price_page(principal: Principal, period: Period, *, sort: str, page: int) ->
                 CustomerPrice(
                     customer_id,
                     name,
-                    real_price([r for _pk, j in members for r in j.rows], prices),
+                    real_price(_collapsed(r for _pk, j in members for r in j.rows), prices),
                     customer_loss if customer_loss.incidents else None,
                 )
             )
@@ -427,6 +446,8 @@ __all__ = [
     "calculate",
     "default_period",
     "period_price",
+    "price_between",
     "price_page",
+    "usage_between",
     "usage_in_period",
 ]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
 import numpy as np
@@ -120,3 +121,9 @@ def by_vendor(counts: dict[str, int]) -> int:
     """Query counts differ by database: PostgreSQL's tenant context sets and resets the
     row-level-security settings (4 statements a context), SQLite's is a plain transaction."""
     return counts[connection.vendor]
+
+
+def same_money(a: Decimal | None, b: Decimal | None) -> bool:
+    """Two prices of the same usage, summed in a different order (per job and model in SQL,
+    per GPU row in the API): equal to the 4 decimals they are quantized to, give or take one."""
+    return a is not None and b is not None and abs(a - b) <= Decimal("0.0001")

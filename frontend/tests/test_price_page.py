@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from frontend.tests.fleet_world import by_vendor, clear_process_caches
+from frontend.tests.fleet_world import by_vendor, clear_process_caches, same_money
 from ingest.models import Job
 from investigations import selectors as investigation_selectors
 from investigations import services
@@ -104,18 +104,19 @@ def test_operator_sees_fleet_customers_and_jobs_priced(world: World) -> None:
     assert fleet.gpu_hours > 0 and fleet.list_cost is not None
     assert data.fleet.gpu_hours == pytest.approx(fleet.gpu_hours)
     assert data.fleet.productive_share == pytest.approx(fleet.productive_share)
-    assert data.fleet.list_cost == fleet.list_cost
-    assert data.fleet.effective_price_per_productive_gpu_hour == (
-        fleet.effective_price_per_productive_gpu_hour
+    assert same_money(data.fleet.list_cost, fleet.list_cost)
+    assert same_money(
+        data.fleet.effective_price_per_productive_gpu_hour,
+        fleet.effective_price_per_productive_gpu_hour,
     )
-    assert f"${fleet.list_cost:,.2f}" in body
-    assert f"${fleet.effective_price_per_productive_gpu_hour:,.2f}" in body
+    assert f"${data.fleet.list_cost:,.2f}" in body
+    assert f"${data.fleet.effective_price_per_productive_gpu_hour:,.2f}" in body
     # Per job, the same as the API's per-job price.
     by_job = {j.job_id: j for j in data.jobs}
     assert {world.straggler, world.healthy} <= set(by_job)
     straggler_pk = job_pk(a.operator.pk, world.straggler)
     expected = investigation_selectors.real_price_for(admin, job_pk=straggler_pk)
-    assert by_job[world.straggler].price.list_cost == expected.list_cost
+    assert same_money(by_job[world.straggler].price.list_cost, expected.list_cost)
     assert by_job[world.straggler].price.productive_share == pytest.approx(
         expected.productive_share
     )
@@ -157,7 +158,7 @@ def test_customer_sees_only_its_own_jobs(world: World) -> None:
     assert data.customers == [] and 'data-testid="customers"' not in body
     mine = investigation_selectors.real_price_for(a.principal(a.customer_viewer))
     assert data.fleet.gpu_hours == pytest.approx(mine.gpu_hours)
-    assert data.fleet.list_cost == mine.list_cost
+    assert same_money(data.fleet.list_cost, mine.list_cost)
     assert "Other Team" not in body
 
 
