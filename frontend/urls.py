@@ -38,6 +38,11 @@ urlpatterns = [
     path("share/<str:token>/", share.shared_verdict, name="share"),
     path("settings/", settings_index.settings_index, name="settings"),
     path("settings/customers/", settings_customers.customers, name="settings-customers"),
+    path(
+        "settings/customers/masking/",
+        settings_customers.customer_masking,
+        name="settings-customer-masking",
+    ),
     path("settings/rules/", settings_customers.rules, name="settings-rules"),
     path("settings/rules/<int:rule_id>/", settings_customers.rule_edit, name="settings-rule"),
     path(

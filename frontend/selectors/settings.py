@@ -22,6 +22,7 @@ from tenants.models import (
     Customer,
     JobMappingRule,
     Membership,
+    Operator,
 )
 
 PAGE_SIZE = 50
@@ -313,5 +314,14 @@ def member(principal: Principal, member_id: int) -> Membership | None:
         Membership.objects.for_tenant(principal)
         .select_related("user", "customer")
         .filter(pk=member_id)
+        .first()
+    )
+
+
+def masks_node_names(principal: Principal) -> bool:
+    """Whether the operator's customer summaries and share links alias its node names."""
+    return bool(
+        Operator.objects.filter(pk=principal.operator_id)
+        .values_list("mask_node_names", flat=True)
         .first()
     )

@@ -16,8 +16,8 @@ from ingest import services as ingest_services
 from investigations.models import GpuListPrice
 from investigations.services import set_list_price
 from tenants import services
-from tenants.context import tenant_context
-from tenants.models import AgentToken, Customer, JobMappingRule
+from tenants.context import system_context, tenant_context
+from tenants.models import AgentToken, Customer, JobMappingRule, Operator
 from tenants.testing import Tenant, tenant_fixtures
 
 pytestmark = pytest.mark.django_db
@@ -233,6 +233,32 @@ def test_create_customer_redirects_with_a_message(client: Client, a: Tenant, b: 
     # b may use the same slug: slugs are unique per operator.
     b_client = sign_in(Client(), b.operator_admin)
     assert b_client.post("/settings/customers/", {"name": "V", "slug": "vision"}).status_code == 302
+
+
+def _masks(t: Tenant) -> bool:
+    with system_context():
+        return bool(Operator.objects.get(pk=t.operator.pk).mask_node_names)
+
+
+def test_masking_node_names_for_customers_is_the_operator_admins_and_this_operators_only(
+    client: Client, a: Tenant, b: Tenant
+) -> None:
+    sign_in(client, a.operator_admin)
+    response = client.post("/settings/customers/masking/", {"mask_node_names": "on"})
+    assert (response.status_code, response["Location"]) == (302, "/settings/customers/")
+    body = body_of(client.get("/settings/customers/"))
+    assert "now show aliases" in body
+    assert 'name="mask_node_names" checked data-testid="mask-node-names"' in body
+    assert (_masks(a), _masks(b)) == (True, False)
+    client.post("/settings/customers/masking/", {})  # unchecked: names as stored again
+    assert not _masks(a)
+    for who in ("customer_admin", "operator_support"):
+        other = sign_in(Client(), getattr(a, who))
+        assert (
+            other.post("/settings/customers/masking/", {"mask_node_names": "on"}).status_code == 404
+        )
+    assert not _masks(a)
+    assert client.get("/settings/customers/masking/").status_code == 405
 
 
 def test_invalid_customer_rerenders_with_errors_naming_the_field(client: Client, a: Tenant) -> None:
@@ -475,7 +501,8 @@ def _fill(t: Tenant, n: int) -> None:
 # The page's own queries past the BASE_QUERIES every signed-in page makes.
 PAGE_QUERIES = {
     "/settings/": 0,
-    "/settings/customers/": 5,  # count, the page, its members, rules and jobs (a GROUP BY each)
+    "/settings/customers/": 6,  # count, the page, its members, rules and jobs (a GROUP BY each),
+    # the operator's masking setting
     "/settings/rules/": 3,  # the form's customers, count, the page (customer joined)
     "/settings/agents/": 6,  # tokens, nodes per token and versions (a GROUP BY each), count,
     # the page, its GPUs

@@ -10,7 +10,13 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from frontend.access import console_view
 from frontend.forms.settings import CustomerForm, MappingRuleForm
-from frontend.selectors.settings import customer_choices, customers_page, page_number, rules_page
+from frontend.selectors.settings import (
+    customer_choices,
+    customers_page,
+    masks_node_names,
+    page_number,
+    rules_page,
+)
 from frontend.views.settings.common import (
     add_service_error,
     answers_bad_parameters,
@@ -23,6 +29,7 @@ from tenants.services import (
     do_create_customer,
     do_create_mapping_rule,
     do_delete_mapping_rule,
+    do_set_mask_node_names,
     do_update_mapping_rule,
 )
 
@@ -52,10 +59,24 @@ def customers(request: HttpRequest, principal: Principal) -> HttpResponse:
         request,
         principal,
         "customers.html",
-        {"page": page, "form": form},
+        {"page": page, "form": form, "mask_node_names": masks_node_names(principal)},
         page="settings-customers",
         status=status,
     )
+
+
+@require_POST
+@console_view(operator_only=True, admin_only=True)
+def customer_masking(request: HttpRequest, principal: Principal) -> HttpResponse:
+    """Whether customers' verdict summaries and share links alias node names and GPU UUIDs."""
+    mask = request.POST.get("mask_node_names") == "on"
+    do_set_mask_node_names(principal, mask=mask)
+    messages.success(
+        request,
+        "Customer summaries and share links now show "
+        + ("aliases (node-1, gpu-1) instead of node names." if mask else "node names as stored."),
+    )
+    return redirect("settings-customers")
 
 
 @require_http_methods(["GET", "POST"])
