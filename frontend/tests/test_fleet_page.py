@@ -277,7 +277,7 @@ def test_query_count_does_not_grow_with_nodes(django_assert_num_queries: Any, wo
     fleet_selectors.clear_idle_cache()
     with django_assert_num_queries(by_vendor(QUERIES)):
         client.get("/fleet/")
-    # Within a minute the idle scan (and where those GPUs are, and their jobs) is reused.
+    # Within 5 minutes the idle scan (and where those GPUs are, and their jobs) is reused.
     with django_assert_num_queries(by_vendor(QUERIES) - 3):
         client.get("/fleet/?colour=health")
     before = len(client.get("/fleet/").context["data"].rows)
@@ -309,5 +309,5 @@ def test_query_count_does_not_grow_with_nodes(django_assert_num_queries: Any, wo
 # filter's options too), GPUs in use, list prices, the last day's usage, open verdicts by
 # category, customers (7), nodes matching and their page (2), the page's GPUs, their
 # utilisation, their jobs, open infrastructure incidents (4), the idle-while-holding-memory
-# scan, those GPUs, their jobs (3, reused for a minute): 16.
+# scan, those GPUs, their jobs (3, reused for 5 minutes): 16.
 QUERIES = {"postgresql": 27, "sqlite": 23}
