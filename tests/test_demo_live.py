@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from notify.tests.receivers import Receiver, running, verify
 from proof_web.schedule import BEAT_SCHEDULE
 from tests.helpers import embedded_default_env
 
@@ -26,6 +27,11 @@ def _free_port() -> int:
 
 @pytest.mark.slow
 def test_demo_streams_agents_to_verdicts_and_the_healthy_job_gets_none(tmp_path: Path) -> None:
+    with running(Receiver()) as receiver:
+        _demo_run_and_check(tmp_path, receiver)
+
+
+def _demo_run_and_check(tmp_path: Path, receiver: Receiver) -> None:
     env = embedded_default_env(tmp_path)
     # 300 simulated seconds at 30x: the agents finish in ~10 s; the rest is evaluation slack
     # (the debounce countdown and the 15 s job fan-out of the schedule).
@@ -45,6 +51,8 @@ def test_demo_streams_agents_to_verdicts_and_the_healthy_job_gets_none(tmp_path:
             "300",
             "--exit-after",
             "45",
+            "--notify-webhook",
+            receiver.url,
         ],
         cwd=REPO,
         env=env,
@@ -90,3 +98,9 @@ def test_demo_streams_agents_to_verdicts_and_the_healthy_job_gets_none(tmp_path:
         r"productive share +\d+\.\d%, list \d+\.\d\d → effective \d+\.\d{4} USD", prices
     ), prices
     assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    # The verdict also reached a local webhook receiver, signed per Standard Webhooks with the
+    # secret the demo printed (verified with the spec's algorithm, not notify's signing code).
+    secret = re.search(r"signing secret (whsec_\S+)\)", out)
+    assert secret, out[:3000]
+    bodies = [verify(secret.group(1), request) for request in receiver.received]
+    assert any(b.get("family") == "sequence_imbalance" for b in bodies), bodies

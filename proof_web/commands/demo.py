@@ -69,6 +69,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--no-agents", action="store_true", help="serve and evaluate, but start no sim agents"
     )
     parser.add_argument(
+        "--notify-webhook",
+        metavar="URL",
+        default="",
+        help="also POST every verdict to URL as a Standard Webhooks request (the demo "
+        "operator's webhook channel; its signing secret is printed)",
+    )
+    parser.add_argument(
         "--scenarios",
         default=",".join(DEMO_SCENARIOS),
         help="comma-separated simulator scenarios to play (default: the four reference cases "
@@ -143,6 +150,39 @@ def ensure_demo_data() -> dict[str, int]:
     return {"operator_id": operator.pk, "customer_id": customer.pk}
 
 
+DEMO_WEBHOOK_NAME = "demo webhook"
+
+
+def ensure_demo_webhook(operator_id: int, url: str) -> str:
+    """The demo operator's webhook channel to `url` (created once, kept across runs); returns
+    its newest signing secret."""
+    from django.utils import timezone
+
+    from notify import services as notify_services
+    from notify.models import ChannelKind, NotificationChannel
+    from tenants.access import Principal
+    from tenants.context import tenant_context
+    from tenants.models import Role
+
+    admin = Principal(operator_id, None, Role.OPERATOR_ADMIN, True)
+    with tenant_context(operator_id):
+        channel = (
+            NotificationChannel.objects.for_tenant(operator_id)
+            .filter(name=DEMO_WEBHOOK_NAME, kind=ChannelKind.WEBHOOK, target=url)
+            .first()
+        )
+        if channel is not None:
+            secrets = notify_services.active_secrets(channel, timezone.now())
+            if secrets:
+                return secrets[-1]
+    created = notify_services.do_create_channel(
+        admin, name=DEMO_WEBHOOK_NAME, kind=ChannelKind.WEBHOOK, target=url
+    )
+    if created.secret is None:  # cannot be: a webhook channel always gets one
+        raise RuntimeError("the demo webhook channel was created without a signing secret")
+    return created.secret
+
+
 def _port_free(host: str, port: int) -> str | None:
     """None if host:port can be bound, else why not."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -194,6 +234,13 @@ def run(args: argparse.Namespace) -> int:
     if unknown:
         print(f"proof demo: unknown scenario(s) {', '.join(unknown)}", file=sys.stderr)
         return 2
+    if args.notify_webhook:
+        secret = ensure_demo_webhook(ids["operator_id"], args.notify_webhook)
+        print(
+            f"proof demo: verdicts also go to {args.notify_webhook} "
+            f"(Standard Webhooks, signing secret {secret})",
+            flush=True,
+        )
     from proof_web.commands.demo_live import LiveDemo
 
     live = LiveDemo(
