@@ -384,8 +384,9 @@ def run(args: argparse.Namespace) -> int:
         f"\nproof bench console: {len(pages)} pages × {args.repeat} requests, Django test client "
         f"in-process ({db}, DEBUG={settings.DEBUG}); server time, ms"
     )
+    load_start = os.getloadavg()[0]
     print(
-        f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs "
+        f"load average {load_start:.1f} on {os.cpu_count()} CPUs "
         "(times on a busy machine are inflated by the wait for a CPU)"
     )
     print(
@@ -423,6 +424,7 @@ def run(args: argparse.Namespace) -> int:
                 {
                     "target_ms": args.target_ms,
                     "repeat": args.repeat,
+                    "loadavg": [round(load_start, 2), round(os.getloadavg()[0], 2)],
                     "pages": [asdict(m) for m in results],
                 },
                 out,
