@@ -9,8 +9,8 @@ independent signs on one GPU before any job failed, one incident per GPU) and
 
 Urgency (docs/console.md, "Fleet health"), most urgent first:
 1. drain now — a `hardware_fault`: the GPU has already failed a job;
-2. drain at the next job boundary — `gpu_degrading` with ≥ 3 signs (the engine gives
-   confidence 0.55 + 0.15 × signs, capped at 0.95, so confidence ≥ 0.95 is 3 or more);
+2. drain at the next job boundary — `gpu_degrading` with ≥ 3 signs (its verdict cites one
+   evidence entry per sign);
 3. schedule diagnostics — `gpu_degrading` with 2 signs.
 Within a tier: a GPU a running job holds now first (that job is what a failure would take
 down: checkpoint and move it), then higher confidence, then the most recently seen.
@@ -27,6 +27,7 @@ from django.db.models import (
     Count,
     Exists,
     F,
+    Func,
     IntegerField,
     Max,
     Min,
@@ -36,6 +37,7 @@ from django.db.models import (
     Value,
     When,
 )
+from django.db.models.fields.json import KeyTransform
 from django.db.models.functions import Cast
 
 from contract import signals
@@ -51,8 +53,9 @@ FAMILIES = (HARDWARE_FAULT, GPU_DEGRADING)
 PER_PAGE = 25
 DEFAULT_DAYS = 3
 MAX_DAYS = 14  # 336 hourly points a line: within the charts' ~600
-# gpu_degrading's confidence with 3 or more signs (engine/detectors/hardware.py).
-MANY_SIGNS_CONFIDENCE = 0.95
+# A gpu_degrading verdict cites one evidence entry per sign (engine/detectors/hardware.py);
+# three or more at once is the "drain at the next job boundary" tier.
+MANY_SIGNS = 3
 HOUR_S = 3600
 HOUR_US = 3_600_000_000
 
@@ -159,13 +162,28 @@ def _at_risk(principal: Principal) -> QuerySet[Incident]:
     )
 
 
+class _JsonArrayLength(Func):
+    """The length of a JSON array (the verdict's evidence), on both databases."""
+
+    function = "json_array_length"  # SQLite
+    output_field = IntegerField()
+
+    def as_postgresql(self, compiler: Any, connection: Any, **extra: Any) -> Any:
+        return self.as_sql(compiler, connection, function="jsonb_array_length", **extra)
+
+
 def _tier() -> Case:
     return Case(
         When(family=HARDWARE_FAULT, then=Value(1)),
-        When(family=GPU_DEGRADING, confidence__gte=MANY_SIGNS_CONFIDENCE - 1e-9, then=Value(2)),
+        When(signs__gte=MANY_SIGNS, then=Value(2)),
         default=Value(3),
         output_field=IntegerField(),
     )
+
+
+def _with_signs(incidents: QuerySet[Incident]) -> QuerySet[Incident]:
+    """Each incident with `signs`: how many evidence entries its verdict cites."""
+    return incidents.annotate(signs=_JsonArrayLength(KeyTransform("evidence", "verdict")))
 
 
 def _event_hour() -> Cast:
@@ -273,7 +291,8 @@ def health_page(
         held = fleet_selectors.holding(principal, cutoff).filter(gpu=OuterRef("subject_gpu"))
         start = (page - 1) * PER_PAGE
         ranked = list(
-            incidents.values("subject_gpu")
+            _with_signs(incidents)
+            .values("subject_gpu")
             .annotate(
                 tier=Min(_tier()),
                 conf=Max("confidence"),
@@ -309,7 +328,7 @@ def _details(
     jobs = fleet_selectors.jobs_holding(principal, gpus, cutoff)
     by_gpu: dict[str, list[Incident]] = {}
     for incident in (
-        _at_risk(principal)
+        _with_signs(_at_risk(principal))
         .filter(subject_gpu__in=gpus)
         .select_related("job")
         .order_by(_tier().asc(), "-confidence", "-last_seen")

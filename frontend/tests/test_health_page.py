@@ -21,10 +21,13 @@ from frontend.tests.fleet_world import (
     degrading_gpus,
     roll_up,
     store_and_evaluate,
+    store_gpu,
 )
 from ingest import selectors as ingest_selectors
 from ingest.models import Event
+from investigations import services
 from investigations.models import GPU_DEGRADING, Incident, IncidentState
+from investigations.tests.live_helpers import verdict
 from tenants.context import tenant_context
 from tenants.testing import TEST_PASSWORD, Tenant, make_tenant
 
@@ -127,6 +130,29 @@ def test_operator_sees_gpus_at_risk_ranked_with_their_trends(world: World) -> No
     for other in world.b_degrading:
         assert other not in body
     assert "health-b" not in body
+
+
+def test_two_signs_rank_after_three(world: World) -> None:
+    """A GPU degrading with two signs (the detector's least) is to be diagnosed, after the
+    ones with three or more, which are drained at the next job boundary."""
+    op = world.a.operator.pk
+    gpu = "GPU-two-signs"
+    store_gpu(op, node="health-two-1", gpu=gpu, index=3, readings={signals.DCGM_FI_DEV_GPU_UTIL: 0})
+    two = verdict("gpu_degrading", "infrastructure", job=None, gpu=gpu, confidence=0.85)
+    two["subject"]["node"] = "health-two-1"
+    two["evidence"] = [
+        {**two["evidence"][0], "id": f"e{k}", "signal": name, "observed": 3.0, "baseline": 0.0}
+        for k, name in enumerate(
+            (signals.DCGM_FI_DEV_ECC_SBE_VOL_TOTAL, signals.DCGM_FI_DEV_PCIE_REPLAY_COUNTER), 1
+        )
+    ]
+    with tenant_context(op):
+        services.merge_verdicts(op, [two], window_end=two["interval"]["end"], gpu=gpu)
+    data = _client(world.a.operator_admin).get("/health/").context["data"]
+    tiers = [(g.gpu, g.tier) for g in data.gpus]
+    assert tiers[-1] == (gpu, 3) and tiers[0] == (world.faulty, 1)
+    assert {t for _g, t in tiers[1:-1]} == {2}
+    assert data.gpus[-1].action == "Schedule diagnostics" and data.gpus[-1].index == 3
 
 
 def test_customers_get_404_and_another_operator_sees_only_its_own(world: World) -> None:
