@@ -21,7 +21,8 @@ interval, else the series' median before the interval. Every spec says which it 
 
 Reads, for a page of any number of rows: one series catalog query and one block read (the
 union of the rows' windows over the nodes holding their series), one events query, one log
-query — never one per row. Each line is downsampled to ≤ MAX_POINTS buckets.
+query — never one per row. Each line is downsampled to ≤ MAX_POINTS buckets (the evidence's
+own lines keep each bucket's min or max, so a spike stays visible).
 
 Customer users see the evidence of their own job: the series read are only the cited signals
 of the job's own GPUs and nodes (series of another job excluded), and the chart windows are
@@ -353,6 +354,12 @@ def _bucket(
     counts = np.bincount(idx, minlength=n)
     with np.errstate(invalid="ignore", divide="ignore"):
         mean = sums / counts
+    if how == "extreme":
+        # Each bucket's sample farthest from the bucket's mean (its min or its max): a mean
+        # would flatten a one-sample spike — often the evidence itself — into the line.
+        order = np.lexsort((np.abs(v - mean[idx]), idx))
+        out[idx[order]] = v[order]  # sorted by deviation within a bucket: the largest wins
+        return out
     out[counts > 0] = mean[counts > 0]
     return out
 
@@ -450,11 +457,14 @@ def _series_chart(plan: _Plan, lines: list[_Line]) -> EvidenceRow:
     own = [line for line in lines if line.own]
     peers = [line for line in lines if not line.own]
 
-    def buckets(group: list[_Line]) -> list[np.ndarray]:
+    def buckets(group: list[_Line], how: str) -> list[np.ndarray]:
         out = [_bucket(line.ts, line.values, plan.window[0], width, len(x), how) for line in group]
         return [_ffill(b) for b in out] if counter else out
 
-    own_b, peer_b = buckets(own), buckets(peers)
+    # The evidence's own lines keep their spikes (min/max-preserving); the others' median and
+    # the lines averaged over many GPUs are of bucket means.
+    spiky = "extreme" if how == "mean" and not flags and len(own) <= MAX_LINES else how
+    own_b, peer_b = buckets(own, spiky), buckets(peers, how)
     job_wide = not (plan.row.get("gpu") or plan.row.get("rank") is not None or plan.row.get("node"))
     drawn: list[tuple[str, np.ndarray]]
     if job_wide and (counter or flags) and len(own_b) > 1:
@@ -517,7 +527,7 @@ def _log_value_chart(plan: _Plan, points: list[tuple[float, float]]) -> Evidence
     ts = np.asarray([p[0] for p in points], dtype=np.float64)
     values = np.asarray([p[1] for p in points], dtype=np.float64)
     x, width = _grid(plan.window, (_spacing(ts),))
-    b = _bucket(ts, values, plan.window[0], width, len(x), "mean")
+    b = _bucket(ts, values, plan.window[0], width, len(x), "extreme")
     line = _Line("log", ts, values, True)
     baseline, source = _baseline_from(plan, [b], [], x, width)
     spec = _spec(plan, x, width, [(plan.base, b)], "", baseline)

@@ -12,6 +12,7 @@ from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
+import numpy as np
 import pytest
 from django.db import connection
 from django.test import Client
@@ -465,3 +466,18 @@ def test_gpu_health_verdict_page(client: Client, a: Tenant, block_reads: list[in
     _login(client, "incalpha-customer-viewer")
     assert client.get(f"/incidents/{incident.public_id}/").status_code == 404
     assert str(incident.public_id) not in client.get("/incidents/").content.decode()
+
+
+def test_sparkline_downsampling_keeps_spikes() -> None:
+    """A day of 1 s samples in a 260 px sparkline: ≤ MAX_POINTS buckets, and a one-sample spike
+    (up or down) is still drawn at its full height (bucket means would flatten it ~600-fold)."""
+    ts = np.arange(0.0, 86_400.0)
+    values = np.full(ts.shape, 10.0)
+    values[40_000], values[70_000] = 500.0, -300.0
+    x, width = incident_charts._grid((0.0, 86_400.0), (1.0,))
+    drawn = incident_charts._bucket(ts, values, 0.0, width, len(x), "extreme")
+    assert len(x) <= incident_charts.MAX_POINTS and len(drawn) == len(x)
+    assert drawn.max() == 500.0 and drawn.min() == -300.0
+    assert np.count_nonzero(drawn != 10.0) == 2  # the flat stretches stay flat
+    means = incident_charts._bucket(ts, values, 0.0, width, len(x), "mean")
+    assert means.max() < 20.0  # what the mean would have drawn
