@@ -213,6 +213,9 @@ def emit_records(
     skipped = nan_iters = 0
     ckpt_after = {k: (t0, t1) for k, t0, t1 in ckpt_steps}
     start_idx = 0
+    # The last step line printed; None while the run is too short to reach the print interval
+    # (then the framework prints no end-of-training summary either: it has nothing to sum up).
+    sl_log: StepLog | None = None
     for k in range(K):
         step = int(steps[k])
         if math.isnan(loss[k]):
@@ -267,7 +270,7 @@ def emit_records(
         for ts, line in fmt.step(sl_log):
             log(ts, line)
         nan_iters = 0 if fmt.name == "megatron" else nan_iters
-    if res.state == "completed":
+    if res.state == "completed" and sl_log is not None:
         last = float(step_end[K - 1]) + 0.5
         for ts, line in fmt.finished(last, sl_log, last - plan.start_t):
             log(ts, line)
