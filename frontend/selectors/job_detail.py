@@ -16,8 +16,9 @@ hourly rollups of its GPU signals over the last ROLLUP_S (one query).
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from dataclasses import fields as dc_fields
 from datetime import UTC, datetime
 from functools import cached_property
@@ -77,6 +78,10 @@ MAX_POINTS = 600
 # …and a per-rank chart at most 6,000 in all (a 64-rank job: 93 points a line), so the page
 # stays ~250 kB whatever the job's size.
 RANK_CHART_POINTS = 6_000
+# A larger job shows this many ranks' lanes, rows and chart lines (the ones furthest from the
+# job's median compute share, and rank 0) unless `?ranks=all`: rendering 256 lanes and lines
+# took ~250 ms of CPU a page; the charts draw the median of all ranks with them.
+MAX_SHOWN_RANKS = 64
 # Longer jobs also get their GPU signals over the last 48 h from the hourly rollups.
 ROLLUP_S = 48 * 3600.0
 
@@ -223,6 +228,13 @@ class Lanes:
     sample_s: float  # the window's sampling interval
     step_s: float | None  # the log's step time, where it gives one
     source: str  # the signal the shares come from
+    shown: frozenset[int] | None = None  # the ranks drawn (None: all)
+
+    @cached_property
+    def shown_rows(self) -> list[LaneRow]:
+        """The rows drawn; the slowest-per-step line and "slowest most often" are of all."""
+        shown = self.shown
+        return self.rows if shown is None else [r for r in self.rows if r.rank in shown]
 
     @cached_property
     def steps(self) -> int:
@@ -414,22 +426,71 @@ def _rank_points(world: int) -> int:
     return max(60, min(MAX_POINTS, RANK_CHART_POINTS // max(1, world)))
 
 
-def gpu_charts(w: JobWindow) -> list[Chart]:
-    """The key GPU signals of each rank over the recent window, one line per rank."""
+def shown_ranks(lanes: Lanes | None, ranks: Sequence[int]) -> frozenset[int] | None:
+    """The MAX_SHOWN_RANKS ranks a large job's page draws (None: all of them): rank 0 and
+    those whose compute share is furthest from the job's median (the slowest and the most
+    waiting ones first), or the first ranks where no lanes say who deviates."""
+    if len(ranks) <= MAX_SHOWN_RANKS:
+        return None
+    keep = [r for r in ranks if r == 0][:1]
+    if lanes is not None and lanes.rows:
+        median = float(np.median([row.mean_compute for row in lanes.rows]))
+        by_deviation = sorted(
+            lanes.rows, key=lambda row: (-abs(row.mean_compute - median), row.rank)
+        )
+        order = [row.rank for row in by_deviation]
+    else:
+        order = sorted(ranks)
+    for rank in order:
+        if len(keep) >= MAX_SHOWN_RANKS:
+            break
+        if rank not in keep:
+            keep.append(rank)
+    return frozenset(keep)
+
+
+def _capped_lines(
+    labels: Sequence[tuple[int, str]],
+    values: np.ndarray,
+    unit: str,
+    shown: frozenset[int] | None,
+) -> list[tuple[str, np.ndarray, str]]:
+    """One line per shown rank, and the median of all ranks where some are not shown."""
+    lines = [
+        (label, values[row], unit)
+        for row, (rank, label) in enumerate(labels)
+        if shown is None or rank in shown
+    ]
+    if shown is not None and len(labels):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # a column no rank sampled
+            median = np.nanmedian(values, axis=0)
+        lines.append((f"median of {len(labels)} ranks", median, unit))
+    return lines
+
+
+def gpu_charts(w: JobWindow, shown: frozenset[int] | None = None) -> list[Chart]:
+    """The key GPU signals of each rank over the recent window, one line per shown rank."""
     charts = []
-    labels = [f"rank {r.rank}" for r in w.ranks]
+    labels = [(r.rank, f"rank {r.rank}") for r in w.ranks]
+    points = _rank_points(w.world if shown is None else len(shown) + 1)
     for sig in GPU_SIGNALS:
         arr = (w.proc if sig.process else w.gpu).get(sig.name)
         if arr is None or not np.isfinite(arr).any():
             continue
-        x, v = downsample(w.times, arr * sig.scale, _rank_points(w.world))
-        lines = [(label, v[row], sig.unit) for row, label in enumerate(labels)]
+        x, v = downsample(w.times, arr * sig.scale, points)
+        lines = _capped_lines(labels, v, sig.unit, shown)
         charts.append(Chart(f"job-gpu-{sig.key}", sig.title, _spec(x, lines, sig.title)))
     return charts
 
 
 def rollup_charts(
-    operator_id: int, job: Job, ranks: dict[str, int], t0: float, t1: float
+    operator_id: int,
+    job: Job,
+    ranks: dict[str, int],
+    t0: float,
+    t1: float,
+    shown: frozenset[int] | None = None,
 ) -> list[Chart]:
     """The GPU signals of each rank over [t0, t1] from the hourly rollups (mean per hour), in
     one query: series of the job, or of its GPUs without a job key, with the charted names."""
@@ -467,10 +528,12 @@ def rollup_charts(
             values = np.full(len(xs), np.nan)
             for bucket, (s, c) in per_rank[rank].items():
                 values[col[bucket]] = s / c * sig.scale
-            lines.append((f"rank {rank}", values, sig.unit))
+            lines.append((rank, values))
         x = np.array(xs, dtype=np.float64) / 1000.0
-        x_ds, v = downsample(x, np.array([line[1] for line in lines]), _rank_points(len(lines)))
-        spec = _spec(x_ds, [(lab, v[i], unit) for i, (lab, _, unit) in enumerate(lines)], sig.title)
+        drawn = len(lines) if shown is None else min(len(lines), len(shown) + 1)
+        x_ds, v = downsample(x, np.array([line[1] for line in lines]), _rank_points(drawn))
+        labels = [(rank, f"rank {rank}") for rank, _ in lines]
+        spec = _spec(x_ds, _capped_lines(labels, v, sig.unit, shown), sig.title)
         charts.append(
             Chart(f"job-hourly-{sig.key}", f"{sig.title} (hourly means)", spec, "hourly rollups")
         )
@@ -584,6 +647,12 @@ class JobPage:
     incidents: Sequence[Incident]
     price: RealPrice
     could_not_see: list[str]
+    ranks_hidden: int = 0  # ranks not drawn (a large job without ?ranks=all)
+    shown: frozenset[int] | None = None  # the ranks drawn (None: all)
+
+    @property
+    def shown_ranks(self) -> list[RankView]:
+        return self.ranks if self.shown is None else [r for r in self.ranks if r.rank in self.shown]
 
     @property
     def charts(self) -> list[Chart]:
@@ -618,8 +687,9 @@ def _job_gpus(operator_id: int, job: Job) -> dict[str, tuple[str, int | None, st
     return {uuid: (node or "", index, model or "") for uuid, node, index, model in rows}
 
 
-def job_page(principal: Principal, job_id: str) -> JobPage:
-    """Everything the job page shows; Http404 for a job the principal may not see."""
+def job_page(principal: Principal, job_id: str, all_ranks: bool = False) -> JobPage:
+    """Everything the job page shows; Http404 for a job the principal may not see. Of a job of
+    more than MAX_SHOWN_RANKS ranks, `shown_ranks`' unless `all_ranks`."""
     job = ingest_selectors.job_for(principal, job_id)
     op = principal.operator_id
     span = (
@@ -653,14 +723,21 @@ def job_page(principal: Principal, job_id: str) -> JobPage:
     )
     ranks = []
     hourly: list[Chart] = []
+    lanes = lanes_of(window) if window is not None else None
+    shown: frozenset[int] | None = None
     if window is not None:
         ranks = [
             RankView(r.rank, r.node, r.gpu, r.gpu_index, gpus.get(r.gpu, ("", None, ""))[2])
             for r in window.ranks
         ]
+        if not all_ranks:
+            shown = shown_ranks(lanes, [r.rank for r in ranks])
+        if lanes is not None and shown is not None:
+            lanes = replace(lanes, shown=shown)
         if span is not None and span[1] - span[0] > RECENT_S:
             rank_of_gpu = {r.gpu: r.rank for r in window.ranks}
-            hourly = rollup_charts(op, job, rank_of_gpu, max(span[0], span[1] - ROLLUP_S), span[1])
+            start = max(span[0], span[1] - ROLLUP_S)
+            hourly = rollup_charts(op, job, rank_of_gpu, start, span[1], shown)
     # The page's window reads the job's own series only (no node series, no events), so of
     # what it could not see only the job's own sources are said.
     missing = sorted(window.missing_sources & _OWN_SOURCES) if window is not None else []
@@ -671,13 +748,15 @@ def job_page(principal: Principal, job_id: str) -> JobPage:
         span=span,
         window=(window.t0, window.t1) if window is not None else None,
         ranks=ranks,
-        lanes=lanes_of(window) if window is not None else None,
+        lanes=lanes,
         training=training_charts(steps),
-        gpu=gpu_charts(window) if window is not None else [],
+        gpu=gpu_charts(window, shown) if window is not None else [],
         hourly=hourly,
         log=shown_log(logs),
         log_total_read=len(logs),
         incidents=incidents,
         price=real_price_for(principal, job_pk=job.pk),
         could_not_see=[SOURCE_DESCRIPTIONS.get(m, m) for m in missing],
+        ranks_hidden=0 if shown is None else len(ranks) - len(shown),
+        shown=shown,
     )

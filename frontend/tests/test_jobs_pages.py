@@ -7,6 +7,7 @@ bad parameters, and the number of queries, which must not grow with rows or rank
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import time
@@ -15,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
+import numpy as np
 import pytest
 from django.db import connection
 from django.test import Client
@@ -535,3 +537,45 @@ def test_list_queries_do_not_grow_with_rows(
     _login(client, "alpha-customer-viewer")
     with django_assert_num_queries(_by_vendor(LIST_QUERIES_CUSTOMER)):
         assert len(_job_ids(client.get("/jobs/?sort=-share").content.decode())) == 50
+
+
+def _lane(rank: int, compute: float) -> job_detail.LaneRow:
+    return job_detail.LaneRow(rank, "n", "g", [compute] * 4, [False] * 4)
+
+
+def test_a_large_job_shows_rank_0_and_the_ranks_furthest_from_the_median() -> None:
+    """Of 256 ranks the page draws MAX_SHOWN_RANKS: rank 0, the slow and the waiting ranks
+    first; the charts' lines likewise, with the median of all ranks."""
+    ranks = list(range(256))
+    compute = {r: 0.5 for r in ranks}
+    compute.update({200: 0.99, 201: 0.95, 17: 0.05})  # two slow ranks, one that waits most
+    lanes = job_detail.Lanes([_lane(r, compute[r]) for r in ranks], [0.0] * 4, 1, 1.0, None, "x")
+    shown = job_detail.shown_ranks(lanes, ranks)
+    assert shown is not None and len(shown) == job_detail.MAX_SHOWN_RANKS
+    assert {0, 17, 200, 201} <= shown
+    capped = dataclasses.replace(lanes, shown=shown)
+    assert [row.rank for row in capped.shown_rows] == sorted(shown)
+    assert len(capped.rows) == 256  # "slowest per step" stays of every rank
+    values = np.tile(np.arange(3.0), (256, 1))
+    values[200] = 100.0
+    lines = job_detail._capped_lines([(r, f"rank {r}") for r in ranks], values, "%", shown)
+    assert len(lines) == job_detail.MAX_SHOWN_RANKS + 1
+    assert lines[-1][0] == "median of 256 ranks" and list(lines[-1][1]) == [0.0, 1.0, 2.0]
+    # A job of at most MAX_SHOWN_RANKS ranks is drawn whole, without a median line.
+    assert job_detail.shown_ranks(lanes, ranks[:64]) is None
+    assert len(job_detail._capped_lines([(0, "rank 0")], values[:1], "%", None)) == 1
+    # No lanes (no per-rank shares): the first ranks.
+    assert job_detail.shown_ranks(None, ranks) == frozenset(range(64))
+
+
+def test_job_page_ranks_parameter_is_checked(client: Client, a: Tenant) -> None:
+    op = a.operator.pk
+    with tenant_context(op):
+        now = datetime.now(UTC)
+        Job.objects.create(
+            operator_id=op, job_id="r-1", kind="training", first_seen_at=now, last_seen_at=now
+        )
+    client = _login(client, "alpha-op-admin")
+    assert client.get("/jobs/r-1/?ranks=all").status_code == 200
+    response = client.get("/jobs/r-1/?ranks=some")
+    assert response.status_code == 400 and "<code>ranks</code>" in response.content.decode()

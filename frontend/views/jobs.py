@@ -72,7 +72,10 @@ def job_list(request: HttpRequest, principal: Principal) -> HttpResponse:
 
 @console_view(operator_only=False)
 def job_detail(request: HttpRequest, principal: Principal, job_id: str) -> HttpResponse:
-    page = job_page(principal, job_id)
+    ranks = request.GET.get("ranks", "")
+    if ranks not in ("", "all"):
+        return _bad_parameter(request, BadParameter("ranks", f"'all' or nothing, not {ranks!r}"))
+    page = job_page(principal, job_id, all_ranks=ranks == "all")
     return render(
         request,
         "proof/console/job.html",
