@@ -120,11 +120,6 @@ def _floor(name: str) -> float:
     return RATIO_FLOOR if name.startswith(signals.DCGM_PROF_PREFIX) else ABS_FLOOR
 
 
-def _is_error_counter(name: str) -> bool:
-    upper = name.upper()
-    return signals.is_cumulative(name) and any(m in upper for m in _ERROR_COUNTER_MARKS)
-
-
 # What the screen does with a signal, decided once per name (a batch of one 4-GPU node holds
 # ~400 series; classifying each name anew was half the screen's time).
 _SKIP, _THROTTLE, _ERROR_COUNTER, _LEVEL = 0, 1, 2, 3
@@ -134,7 +129,8 @@ def _kind_of(name: str) -> int:
     if name == signals.DCGM_FI_DEV_CLOCK_THROTTLE_REASONS:
         return _THROTTLE
     if signals.is_cumulative(name):
-        return _ERROR_COUNTER if _is_error_counter(name) else _SKIP
+        upper = name.upper()
+        return _ERROR_COUNTER if any(m in upper for m in _ERROR_COUNTER_MARKS) else _SKIP
     return _LEVEL if name in _LEVEL_SIGNALS else _SKIP
 
 

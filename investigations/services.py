@@ -141,7 +141,7 @@ def note_job_data(
     spans = dict(spans)
     urgent = set(urgent_jobs)
     hot_nodes = set(urgent_nodes)
-    prompt = urgent if prompt_jobs is None else set(prompt_jobs)
+    prompt = set(urgent) if prompt_jobs is None else set(prompt_jobs)
     prompt_on = hot_nodes if prompt_nodes is None else set(prompt_nodes)
     with tenant_context(operator_id):
         if node_spans:
