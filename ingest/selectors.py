@@ -725,13 +725,16 @@ def latest_gpu_buckets(
     since: float,
     gpus: Iterable[str] | None = None,
 ) -> dict[tuple[str, str], GpuBucket]:
-    """(gpu uuid, signal) → the newest rollup bucket starting at or after `since` of each GPU
-    (`gpus`, or every GPU of the tenant) for each signal, in one query: what a fleet view at
+    """(gpu uuid, signal) → the newest rollup bucket holding samples from `since` on, of each
+    GPU (`gpus`, or every GPU of the tenant) for each signal, in one query: what a fleet view at
     10,000 GPUs can afford instead of reading samples. The rollups are hourly and rebuilt every
-    15 minutes (ingest-rollups), so "newest" is the current hour, up to 15 min behind."""
+    15 minutes (ingest-rollups), so "newest" is the current hour, up to 15 min behind. The
+    bucket that `since` falls in counts: a GPU last heard 65 min ago is in the last 2 h whatever
+    the minute of the hour (a bucket-start cut-off dropped it in the hour's first 5 minutes)."""
     with tenant_context(operator_id):
+        since_ms = _ms(since)
         rows = (
-            _gpu_rollup_rows(operator_id, names, gpus, _ms(since))
+            _gpu_rollup_rows(operator_id, names, gpus, since_ms - since_ms % 3_600_000)
             .annotate(
                 newest=Window(
                     RowNumber(),

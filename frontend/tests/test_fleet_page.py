@@ -5,7 +5,9 @@ never another operator's nodes."""
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
@@ -27,6 +29,7 @@ from frontend.tests.fleet_world import (
     store_gpu,
 )
 from ingest import selectors as ingest_selectors
+from ingest import services as ingest_services
 from ingest.models import Gpu, Process
 from investigations import selectors as investigation_selectors
 from investigations import services
@@ -311,3 +314,31 @@ def test_query_count_does_not_grow_with_nodes(django_assert_num_queries: Any, wo
 # utilisation, their jobs, open infrastructure incidents (4), the idle-while-holding-memory
 # scan, those GPUs, their jobs (3, reused for 5 minutes): 16.
 QUERIES = {"postgresql": 27, "sqlite": 23}
+
+
+def test_a_gpu_heard_late_in_an_hour_counts_until_its_samples_leave_the_window() -> None:
+    """The heat map asks for the newest bucket holding samples of the last 2 h. A GPU last
+    heard at minute 58 of an hour has its samples in that hour's bucket, which starts before
+    the window does for most of the next two hours: it still counts (a cut-off on the bucket's
+    start dropped it whenever the page was drawn in an hour's first minutes)."""
+    a = make_tenant("late-hour")
+    op = a.operator.pk
+    hour = int(time.time()) // 3600 * 3600 - 3 * 3600
+    heard = datetime.fromtimestamp(hour + 58 * 60, UTC)
+    store_gpu(
+        op,
+        node="late-node",
+        gpu="GPU-late-0",
+        index=0,
+        readings={signals.DCGM_FI_DEV_GPU_UTIL: 40.0},
+        seen=heard,
+    )
+    ingest_services.build_rollups(op, hour * 1000)
+    name = signals.DCGM_FI_DEV_GPU_UTIL
+    inside = heard.timestamp() - 30  # the window starts 28 min into the bucket
+    buckets = ingest_selectors.latest_gpu_buckets(op, [name], since=inside, gpus=["GPU-late-0"])
+    assert buckets[("GPU-late-0", name)].bucket_start == hour
+    assert buckets[("GPU-late-0", name)].mean == pytest.approx(40.0)
+    # Once the window starts after the bucket's hour, the GPU has nothing in it.
+    after = ingest_selectors.latest_gpu_buckets(op, [name], since=hour + 3600, gpus=["GPU-late-0"])
+    assert after == {}
