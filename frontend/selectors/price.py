@@ -21,22 +21,23 @@ from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
 from django.db.models import (
-    Case,
     Count,
-    F,
     FloatField,
     QuerySet,
     Sum,
-    Value,
-    When,
 )
 from django.db.models.fields.json import KT
-from django.db.models.functions import Cast, Greatest, Least
+from django.db.models.functions import Cast
 
 from ingest.models import Job
 from investigations.models import Incident, IncidentState, JobGpuUsage
 from investigations.pricing import RealPrice, UsageRow, real_price
-from investigations.selectors import list_prices
+from investigations.selectors import (
+    list_prices,
+    part_seconds,
+    price_between,
+    usage_between,
+)
 from tenants.access import Principal
 from tenants.context import tenant_context
 from tenants.models import Customer
@@ -80,67 +81,11 @@ def default_period(today: date | None = None) -> Period:
     return Period(today - timedelta(days=DEFAULT_DAYS - 1), today)
 
 
-# --- usage in a period -----------------------------------------------------------------------
-
-
-def _share_between(t0: float, t1: float) -> Any:
-    """Share of a usage row's sampled span [first_ts, last_ts] inside [t0, t1) (1 for a row
-    of one sample, which lies inside by the filter)."""
-    span = F("last_ts") - F("first_ts")
-    overlap = Least(F("last_ts"), Value(t1)) - Greatest(F("first_ts"), Value(t0))
-    return Case(
-        When(last_ts__gt=F("first_ts"), then=Greatest(overlap, Value(0.0)) / span),
-        default=Value(1.0),
-        output_field=FloatField(),
-    )
-
-
-def usage_between(principal: Principal, t0: float, t1: float) -> QuerySet[JobGpuUsage]:
-    """The usage rows the principal may see that overlap [t0, t1), each with `part`: the share
-    of it inside (inside the caller's tenant context)."""
-    return (
-        JobGpuUsage.objects.for_tenant(principal)
-        .filter(first_ts__lt=t1, last_ts__gte=t0)
-        .annotate(part=_share_between(t0, t1))
-    )
+# --- usage in a period: investigations/selectors.py (the real-price API reads the same) --------
 
 
 def usage_in_period(principal: Principal, period: Period) -> QuerySet[JobGpuUsage]:
     return usage_between(principal, period.t0, period.t1)
-
-
-def _seconds(field: str) -> Sum:
-    return Sum(F(field) * F("part"), output_field=FloatField())
-
-
-def _usage_rows(values: Any) -> list[tuple[Any, UsageRow]]:
-    return [
-        (key, UsageRow(model or "", g or 0.0, c or 0.0, w or 0.0, i or 0.0, method or ""))
-        for key, model, method, g, c, w, i in values
-    ]
-
-
-def _grouped_usage(qs: QuerySet[JobGpuUsage], key: str) -> Any:
-    """(key, model, method, gpu s, compute s, wait s, idle s) per key, model and method."""
-    return (
-        qs.values(key, "gpu_model", "method")
-        .annotate(
-            g=_seconds("gpu_seconds"),
-            c=_seconds("compute_seconds"),
-            w=_seconds("wait_seconds"),
-            i=_seconds("idle_seconds"),
-        )
-        .order_by()
-        .values_list(key, "gpu_model", "method", "g", "c", "w", "i")
-    )
-
-
-def price_between(principal: Principal, t0: float, t1: float) -> RealPrice:
-    """The real price of everything the principal may see over [t0, t1) (2 queries)."""
-    with tenant_context(principal.operator_id):
-        prices = list_prices(principal.operator_id)
-        grouped = _grouped_usage(usage_between(principal, t0, t1), "gpu_model")
-        return real_price([row for _key, row in _usage_rows(grouped)], prices)
 
 
 def period_price(principal: Principal, period: Period) -> RealPrice:
@@ -298,10 +243,10 @@ def _read_jobs(usage: QuerySet[JobGpuUsage]) -> dict[int, _JobUsage]:
     for pk, job_id, customer_id, model, method, g, c, w, i in (
         usage.values("job_id", "job__job_id", "job__customer_id", "gpu_model", "method")
         .annotate(
-            g=_seconds("gpu_seconds"),
-            c=_seconds("compute_seconds"),
-            w=_seconds("wait_seconds"),
-            i=_seconds("idle_seconds"),
+            g=part_seconds("gpu_seconds"),
+            c=part_seconds("compute_seconds"),
+            w=part_seconds("wait_seconds"),
+            i=part_seconds("idle_seconds"),
         )
         .order_by()
         .values_list(
