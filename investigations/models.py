@@ -11,6 +11,9 @@
 - `JobGpuUsage`: a job's GPU time on one GPU split into compute / waiting / idle
   (docs/pricing.md), accumulated sample by sample as evaluations pass over new data.
 - `GpuListPrice`: the operator's list price per GPU-hour for one GPU model.
+- `IncidentEvent`: what people did to an incident through the API (acknowledge, resolve,
+  reopen, assign, comment, link a ticket), who and when: its history.
+- `IncidentTicket`: an external ticket (Zendesk, Jira, …) linked to an incident.
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ class IncidentState(models.TextChoices):
 class ResolveReason(models.TextChoices):
     FINDING_ABSENT = "finding_absent", "The finding was absent for the grace period"
     JOB_ENDED = "job_ended", "The job ended"
+    # Someone resolved it (POST /api/v1/incidents/<id>/resolve/); their reason is in its history.
+    MANUAL = "manual", "Resolved by a person"
 
 
 class Incident(TenantOwned):
@@ -62,6 +67,12 @@ class Incident(TenantOwned):
     revision = models.IntegerField(default=1)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
+    # People's handling of it (investigations/incident_actions.py); the events say who did what.
+    acknowledged_at = models.DateTimeField(null=True, blank=True)
+    acknowledged_by = models.CharField(max_length=200, blank=True, default="")
+    assignee = models.ForeignKey(
+        "auth.User", on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
 
     customer_path: ClassVar[str | None] = "job__customer"
 
@@ -268,3 +279,64 @@ class ShareLinkOpen(TenantOwned):
     class Meta:
         ordering = ["-opened_at", "-id"]
         indexes = [operator_index("link", "-opened_at", name="inv_share_open_link")]
+
+
+class IncidentEventKind(models.TextChoices):
+    ACKNOWLEDGED = "acknowledged", "Acknowledged"
+    RESOLVED = "resolved", "Resolved"
+    REOPENED = "reopened", "Reopened"
+    ASSIGNED = "assigned", "Assigned"
+    COMMENTED = "commented", "Commented"
+    TICKET_LINKED = "ticket_linked", "Ticket linked"
+
+
+class IncidentEvent(TenantOwned):
+    """One thing a person (or an API token) did to an incident: its history. `actor` is the
+    user's username or `api-token:<prefix>`, kept as text so the history outlives the user or
+    the token; `payload` holds what the action carried (a reason, a comment's body, the
+    assignee, the ticket)."""
+
+    incident = models.ForeignKey(Incident, on_delete=models.CASCADE, related_name="events")
+    kind = models.CharField(max_length=32, choices=IncidentEventKind.choices)
+    actor = models.CharField(max_length=200)
+    actor_user = models.ForeignKey(
+        "auth.User", on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    at = models.DateTimeField(auto_now_add=True)
+    payload = models.JSONField(default=dict)
+
+    customer_path: ClassVar[str | None] = "incident__job__customer"
+
+    class Meta:
+        ordering = ["at", "id"]
+        indexes = [operator_index("incident", "at", "id", name="inv_incident_event")]
+
+
+class TicketSystem(models.TextChoices):
+    ZENDESK = "zendesk", "Zendesk"
+    JIRA = "jira", "Jira"
+    FRESHDESK = "freshdesk", "Freshdesk"
+    SERVICENOW = "servicenow", "ServiceNow"
+    OTHER = "other", "Other"
+
+
+class IncidentTicket(TenantOwned):
+    """An external ticket about an incident; one incident may have several, and the same
+    (system, ticket id) is linked once (linking it again changes nothing)."""
+
+    incident = models.ForeignKey(Incident, on_delete=models.CASCADE, related_name="tickets")
+    system = models.CharField(max_length=16, choices=TicketSystem.choices)
+    ticket_id = models.CharField(max_length=200)
+    url = models.URLField(max_length=1000, blank=True, default="")
+    linked_by = models.CharField(max_length=200)
+    linked_at = models.DateTimeField(auto_now_add=True)
+
+    customer_path: ClassVar[str | None] = "incident__job__customer"
+
+    class Meta:
+        ordering = ["linked_at", "id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["incident", "system", "ticket_id"], name="investigations_ticket_once"
+            )
+        ]

@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
@@ -23,8 +23,6 @@ from django.core.cache import cache
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Case, F, Q, Value, When
 from django.db.models.functions import Coalesce, Greatest, Least
-from django.http import Http404
-from django.utils import timezone
 
 from ingest import selectors as ingest_selectors
 from ingest.models import TERMINAL_JOB_STATES
@@ -39,15 +37,23 @@ from investigations.models import (
     NotificationKind,
     ResolveReason,
     RevisionKind,
-    ShareLink,
-    ShareLinkOpen,
     VerdictRevision,
 )
+
+# Share links live in their own module; callers keep calling services.<name>.
+from investigations.share_link_services import SHARE_MAX_EXPIRES_S as SHARE_MAX_EXPIRES_S
+from investigations.share_link_services import SHARE_MIN_EXPIRES_S as SHARE_MIN_EXPIRES_S
+from investigations.share_link_services import SHARE_TOKEN_KIND as SHARE_TOKEN_KIND
+from investigations.share_link_services import OpenedShare as OpenedShare
+from investigations.share_link_services import ShareRefused as ShareRefused
+from investigations.share_link_services import do_create_share_link as do_create_share_link
+from investigations.share_link_services import do_revoke_share_link as do_revoke_share_link
+from investigations.share_link_services import open_share_link as open_share_link
 from tenants.access import Principal
-from tenants.context import system_context, tenant_context
+from tenants.audit import record_audit
+from tenants.context import tenant_context
 from tenants.models import Role
 from tenants.services import NotAllowed, TenancyError
-from tenants.tokens import hash_secret, new_secret
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +96,8 @@ ACTIVE_S = 600.0
 # GPU time is accounted up to 30 s behind the newest data: batches of a job's nodes arrive
 # from different agents a few seconds apart, and a sample accounted is never counted again.
 SETTLE_S = 30.0
+# How much settled data a running job's GPU-time accounting waits for (account_usage).
+ACCOUNT_EVERY_S = 30.0
 # Samples without a job extend the span of a job with a rank on their node only if the job's
 # data reached within 2 min of them: agents ship every few seconds, so a longer gap means the
 # job is gone (its end never reported) and the node runs something else.
@@ -350,7 +358,9 @@ def evaluate_job(operator_id: int, job_pk: int) -> EvaluationResult:
             )
             merge = merge_verdicts(operator_id, verdicts, window_end=t1, job_pk=job_pk, ended=ended)
             if window is not None:
-                usage_through = account_usage(operator_id, job_pk, window, usage_through, settle)
+                usage_through = account_usage(
+                    operator_id, job_pk, window, usage_through, settle, ended=ended
+                )
             marks: dict[str, Any] = {
                 "evaluated_through_ts": Greatest(
                     Coalesce(F("evaluated_through_ts"), Value(t1)), Value(t1)
@@ -536,10 +546,10 @@ def merge_verdicts(
                 result.notified += 1
     for incident in open_by_family.values():
         if ended:
-            _resolve(incident, ResolveReason.JOB_ENDED, window_end)
+            resolve_incident(incident, ResolveReason.JOB_ENDED, window_end)
             result.resolved.append(incident.pk)
         elif window_end - _ts(incident.last_seen) >= GRACE_S:
-            _resolve(incident, ResolveReason.FINDING_ABSENT, window_end)
+            resolve_incident(incident, ResolveReason.FINDING_ABSENT, window_end)
             result.resolved.append(incident.pk)
     return result
 
@@ -571,7 +581,10 @@ def _create_incident(
     return incident
 
 
-def _resolve(incident: Incident, reason: ResolveReason, at: float) -> None:
+def resolve_incident(incident: Incident, reason: ResolveReason, at: float) -> None:
+    """Mark an open incident resolved at data time `at` (the pipeline's grace or job end, or a
+    person: investigations/incident_actions.py), keep the resolved revision and announce it
+    (PagerDuty resolves its alert through notify's outbox)."""
     incident.state = IncidentState.RESOLVED
     incident.resolve_reason = reason
     incident.resolved_at = _dt(max(at, _ts(incident.last_seen)))
@@ -590,23 +603,38 @@ def account_usage(
     window: Any,
     through: float | None,
     until: float,
+    *,
+    ended: bool = False,
 ) -> float | None:
     """Add the window's samples in (through, until] to the job's per-GPU usage; returns the new
-    `through`. Runs in the caller's tenant transaction. Formula: investigations/pricing.py."""
+    `through`. Runs in the caller's tenant transaction. Formula: investigations/pricing.py.
+
+    A running job is accounted once `ACCOUNT_EVERY_S` of settled data has gathered (its first
+    evaluation always): evaluations come every few seconds while a job shows signs, and
+    accounting each one was a third of their statements (a row lock, a read and one UPDATE per
+    GPU) for a productive share that no page shows to the second. An ended job's last
+    evaluation accounts whatever is left."""
+    if through is not None and not ended and until - through < ACCOUNT_EVERY_S:
+        return through
     split = pricing.split_gpu_time(window, after=through, until=until)
     if not split:
         return through
-    models = pricing.gpu_models(operator_id, {s.node for s in split})
     existing = {
         u.gpu: u
         for u in JobGpuUsage.objects.for_tenant(operator_id)
         .filter(job_id=job_pk, gpu__in=[s.gpu for s in split])
         .select_for_update()
     }
+    # The model of a GPU first accounted here (the rows keep it: one inventory read per new GPU,
+    # not one per evaluation).
+    new_nodes = {s.node for s in split if s.gpu not in existing or not existing[s.gpu].gpu_model}
+    models = pricing.gpu_models(operator_id, new_nodes) if new_nodes else {}
+    created: list[JobGpuUsage] = []
     for s in split:
-        usage = existing.get(s.gpu) or JobGpuUsage(
-            operator_id=operator_id, job_id=job_pk, gpu=s.gpu, node=s.node
-        )
+        usage = existing.get(s.gpu)
+        if usage is None:
+            usage = JobGpuUsage(operator_id=operator_id, job_id=job_pk, gpu=s.gpu, node=s.node)
+            created.append(usage)
         usage.gpu_model = usage.gpu_model or models.get(s.gpu, "")
         usage.gpu_seconds += s.gpu_seconds
         usage.compute_seconds += s.compute_seconds
@@ -615,9 +643,24 @@ def account_usage(
         usage.first_ts = s.first_ts if usage.first_ts is None else min(usage.first_ts, s.first_ts)
         usage.last_ts = s.last_ts if usage.last_ts is None else max(usage.last_ts, s.last_ts)
         usage.method = s.method
-        usage.save()
+    if created:
+        JobGpuUsage.objects.bulk_create(created)
+    if existing:
+        JobGpuUsage.objects.bulk_update(list(existing.values()), _USAGE_FIELDS)
     last = max(s.last_ts for s in split)
     return max(last, through) if through is not None else last
+
+
+_USAGE_FIELDS = [
+    "gpu_model",
+    "gpu_seconds",
+    "compute_seconds",
+    "wait_seconds",
+    "idle_seconds",
+    "first_ts",
+    "last_ts",
+    "method",
+]
 
 
 # --- list prices -------------------------------------------------------------------------------
@@ -642,10 +685,15 @@ def set_list_price(
     if len(currency) != 3 or not currency.isalpha():
         raise TenancyError(f"currency must be a 3-letter ISO code, got {currency!r}")
     with tenant_context(principal.operator_id):
-        price, _ = GpuListPrice.objects.update_or_create(
+        price, created = GpuListPrice.objects.update_or_create(
             operator_id=principal.operator_id,
             gpu_model=gpu_model,
             defaults={"price_per_gpu_hour": price_per_gpu_hour, "currency": currency},
+        )
+        detail = {"gpu_model": gpu_model, "price_per_gpu_hour": str(price_per_gpu_hour)}
+        action = "gpu_price.create" if created else "gpu_price.update"
+        record_audit(
+            principal, action, "gpu_price", price.pk, detail={**detail, "currency": currency}
         )
     return price
 
@@ -656,121 +704,7 @@ def delete_list_price(principal: Principal, price_id: int) -> None:
         deleted, _ = (
             GpuListPrice.objects.for_tenant(principal.operator_id).filter(pk=price_id).delete()
         )
+        if deleted:
+            record_audit(principal, "gpu_price.delete", "gpu_price", price_id)
     if not deleted:
         raise TenancyError(f"no list price {price_id}")
-
-
-# --- share links (docs/notifications.md) ---------------------------------------------------
-
-SHARE_TOKEN_KIND = "prfs"  # noqa: S105 - a share token's public kind prefix, not a secret
-# A link lives at least a minute (long enough to paste into a chat) and at most 30 days: a
-# verdict is about a job that is running now; a month-old link is a leak waiting to happen.
-SHARE_MIN_EXPIRES_S = 60
-SHARE_MAX_EXPIRES_S = 30 * 24 * 3600
-USER_AGENT_MAX = 500
-
-
-def _require_share_manager(principal: Principal, action: str) -> None:
-    """Operator roles and customer admins, with write access (a read-only token cannot)."""
-    if not principal.can_write or principal.role == Role.CUSTOMER_VIEWER:
-        raise NotAllowed(f"only operator roles and customer admins with write access may {action}")
-
-
-def do_create_share_link(
-    principal: Principal, *, incident: uuid.UUID, expires_in_s: int
-) -> tuple[ShareLink, str]:
-    """A new share link to one incident the principal may see, and its token (shown once: only
-    its SHA-256 is stored). Another tenant's or another customer's incident is Http404."""
-    _require_share_manager(principal, "create share links")
-    if isinstance(expires_in_s, bool) or not isinstance(expires_in_s, int):
-        raise TenancyError("expires_in_s must be a whole number of seconds")
-    if not SHARE_MIN_EXPIRES_S <= expires_in_s <= SHARE_MAX_EXPIRES_S:
-        raise TenancyError(
-            f"expires_in_s must be between {SHARE_MIN_EXPIRES_S} and {SHARE_MAX_EXPIRES_S}"
-        )
-    with tenant_context(principal.operator_id):
-        row = Incident.objects.for_tenant(principal).filter(public_id=incident).first()
-        if row is None:
-            raise Http404("No such incident.")
-        plaintext, _prefix, digest = new_secret(SHARE_TOKEN_KIND)
-        link = ShareLink.objects.create(
-            operator_id=principal.operator_id,
-            incident=row,
-            token_hash=digest,
-            created_by_id=principal.user_id,
-            expires_at=timezone.now() + timedelta(seconds=expires_in_s),
-        )
-    return link, plaintext
-
-
-def do_revoke_share_link(principal: Principal, link_id: int) -> ShareLink:
-    """Revoke at once: the next open of the URL is refused. A link the principal may not see,
-    or one already revoked, is Http404."""
-    _require_share_manager(principal, "revoke share links")
-    with tenant_context(principal.operator_id):
-        link = (
-            ShareLink.objects.for_tenant(principal)
-            .select_for_update(of=("self",))
-            .filter(pk=link_id, revoked_at__isnull=True)
-            .first()
-        )
-        if link is None:
-            raise Http404("No such share link.")
-        link.revoked_at = timezone.now()
-        link.save(update_fields=["revoked_at"])
-    return link
-
-
-class ShareRefused(Exception):
-    """A share token that opens nothing: `gone` when it was a link that expired or was
-    revoked (HTTP 410), else unknown (HTTP 404)."""
-
-    def __init__(self, reason: str, *, gone: bool) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.gone = gone
-
-
-@dataclass(frozen=True)
-class OpenedShare:
-    link: ShareLink  # with its incident, the incident's job and the operator loaded
-    # Whom the page reads as: the job's customer (read-only) when the incident's job has one —
-    # the same scope that customer's own users have, charts clipped to the job's data — else
-    # the operator, read-only (a fleet-health incident, or a job no customer owns).
-    reader: Principal
-
-
-def open_share_link(plaintext: str, *, address: str | None, user_agent: str) -> OpenedShare:
-    """Resolve a share token and log the open; ShareRefused when it opens nothing. The row is
-    read on every open (never cached), so a revoke or an expiry holds from the next request."""
-    if not plaintext.startswith(SHARE_TOKEN_KIND + "_") or len(plaintext) > 100:
-        raise ShareRefused("No such share link.", gone=False)
-    # The token is what names the tenant, so it is looked up before one is set.
-    with system_context():
-        link = (
-            ShareLink.objects.select_related("incident__job", "operator")
-            .filter(token_hash=hash_secret(plaintext))
-            .first()
-        )
-    if link is None:
-        raise ShareRefused("No such share link.", gone=False)
-    if link.revoked_at is not None:
-        raise ShareRefused("This share link has been revoked.", gone=True)
-    if link.expires_at <= timezone.now():
-        raise ShareRefused("This share link has expired.", gone=True)
-    with tenant_context(link.operator_id):
-        ShareLinkOpen.objects.create(
-            operator_id=link.operator_id,
-            link=link,
-            address=address or None,
-            user_agent=user_agent[:USER_AGENT_MAX],
-        )
-    job = link.incident.job
-    customer_id = job.customer_id if job is not None else None
-    reader = Principal(
-        operator_id=link.operator_id,
-        customer_id=customer_id,
-        role=Role.CUSTOMER_VIEWER if customer_id is not None else Role.OPERATOR_SUPPORT,
-        can_write=False,
-    )
-    return OpenedShare(link, reader)

@@ -224,3 +224,37 @@ class JobMappingRule(TenantOwned):
 
     def __str__(self) -> str:
         return f"{self.match_field}={self.value} → {self.customer_id}"
+
+
+class AuditEvent(TenantOwned):
+    """One change someone made to the operator's account or its incidents (tenants/audit.py):
+    who (`actor`: a username, `api-token:<prefix>` or `system`), what (`action`, e.g.
+    "incident.resolve", "api_token.create"), to what (`target_type`, `target_id`: a public id
+    or a row id, as text), when, and what it carried (`detail`). Written in the same transaction
+    as the change, so a change that rolls back leaves no entry. Operator-only: customers'
+    principals see none (no `customer_path`); `customer` names the customer it concerned."""
+
+    customer = models.ForeignKey(
+        Customer, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    actor = models.CharField(max_length=200)
+    actor_user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    action = models.CharField(max_length=64)
+    target_type = models.CharField(max_length=64)
+    target_id = models.CharField(max_length=200, blank=True, default="")
+    at = models.DateTimeField(auto_now_add=True)
+    detail = models.JSONField(default=dict)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+        indexes = [
+            # The audit log reads newest first, by action or actor, over a time range.
+            operator_index("-at", "-id", name="tenants_audit_at"),
+            operator_index("action", "-at", name="tenants_audit_action"),
+            operator_index("actor", "-at", name="tenants_audit_actor"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.at:%Y-%m-%d %H:%M:%S} {self.actor} {self.action} {self.target_type}"
