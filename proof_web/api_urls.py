@@ -1,5 +1,8 @@
-"""REST API v1: each app registers its viewsets on this one router."""
+"""REST API v1: each app registers its viewsets on this one router; the OpenAPI schema and
+Swagger UI (assets from Proof's own static files) sit beside them."""
 
+from django.urls import path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.routers import DefaultRouter
 
 from investigations.api.urls import register as register_investigations
@@ -11,4 +14,9 @@ register_tenants(router)
 register_investigations(router)
 register_notify(router)
 
-urlpatterns = router.urls
+urlpatterns = [
+    # Anonymous may read both: the schema describes the API, it holds no tenant data.
+    path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
+    path("docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    *router.urls,
+]

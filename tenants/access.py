@@ -29,6 +29,11 @@ class Principal:
     can_write: bool
     user_id: int | None = None
     api_token_id: int | None = None
+    # False only for an API token without the admin scope: its admin role may then read and
+    # write, but not use admin endpoints (tokens, channels, prices, members).
+    admin_scope: bool = True
+    # An API token's own request rate ("600/min"); None: the settings' default.
+    rate_limit: str | None = None
 
     @property
     def is_operator(self) -> bool:
@@ -41,6 +46,11 @@ class Principal:
     @property
     def is_admin(self) -> bool:
         return self.role in (Role.OPERATOR_ADMIN, Role.CUSTOMER_ADMIN)
+
+    @property
+    def can_admin(self) -> bool:
+        """An admin role acting with admin rights: a session, or a token of admin scope."""
+        return self.is_admin and self.can_write and self.admin_scope
 
 
 def role_can_write(role: Role | str) -> bool:

@@ -192,7 +192,7 @@ def test_list_prices_admin_writes_support_reads_customers_and_other_tenants_refu
         {"gpu_model": "X", "price_per_gpu_hour": "1", "currency": "$$"},
         format="json",
     )
-    assert response.status_code == 400 and "currency" in response.json()["detail"]
+    assert response.status_code == 400 and "currency" in response.json()["error"]["message"]
     support = session(a.operator_support)
     assert [p["id"] for p in support.get("/api/v1/gpu-prices/").json()["results"]] == [price["id"]]
     assert support.post("/api/v1/gpu-prices/", {}, format="json").status_code == 403

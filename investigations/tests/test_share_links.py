@@ -194,8 +194,8 @@ def test_bad_input_is_400_naming_the_field(world: World) -> None:
         data = {"incident": str(world.mine.public_id), "expires_in_s": DAY, **payload}
         response = api.post("/api/v1/share-links/", data, format="json")
         assert response.status_code == 400, payload
-        assert field in response.json(), (payload, response.json())
-    assert api.post("/api/v1/share-links/", {}, format="json").json().keys() == {
+        assert field in response.json()["error"]["fields"], (payload, response.json())
+    assert api.post("/api/v1/share-links/", {}, format="json").json()["error"]["fields"].keys() == {
         "incident",
         "expires_in_s",
     }
@@ -238,7 +238,7 @@ def test_tenancy_of_links_and_their_opens(world: World) -> None:
     one = operator.get(f"/api/v1/share-links/?incident={world.theirs.public_id}").json()
     assert [r["id"] for r in one["results"]] == [theirs["id"]]
     bad = operator.get("/api/v1/share-links/?incident=nope")
-    assert bad.status_code == 400 and "incident" in bad.json()
+    assert bad.status_code == 400 and "incident" in bad.json()["error"]["fields"]
     customer = session(a.customer_admin)
     assert ids(customer) == {mine["id"]}
     second = session(world.second_admin)

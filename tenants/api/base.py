@@ -6,15 +6,22 @@ A subclass that defines get_queryset is refused at import time, so no endpoint c
 the tenant filter. The view body runs inside `tenant_context()` for the principal's operator
 (row-level security on PostgreSQL). Service errors become 400 (TenancyError) or 403
 (NotAllowed) with the service's message.
+
+Every answer leaves through `finalize_response`: an error body, whoever built it, is put in the
+one error shape (tenants/api/errors.py); a successful GET gets a weak ETag over its rendered
+body, and a 304 with no body when the request's If-None-Match names it.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from django.db import transaction
 from django.db.models import QuerySet
+from django.utils.cache import patch_vary_headers
+from django.utils.http import parse_etags
 from rest_framework import status, viewsets
 from rest_framework.exceptions import NotAuthenticated, PermissionDenied, ValidationError
 from rest_framework.request import Request
@@ -23,10 +30,46 @@ from rest_framework.routers import BaseRouter
 from rest_framework.serializers import Serializer
 
 from tenants.access import Principal
+from tenants.api.errors import error_body, is_error_body
 from tenants.api.permissions import principal_or_none
 from tenants.context import activate_tenant_in_transaction
 from tenants.models import TenantOwned
 from tenants.services import NotAllowed, TenancyError
+
+
+def weak_etag(content: bytes) -> str:
+    """A weak validator of a rendered body: equal bodies, equal tags (JSON rendering is
+    deterministic for the same rows)."""
+    return f'W/"{hashlib.sha256(content).hexdigest()[:32]}"'
+
+
+def _etag_matches(if_none_match: str, etag: str) -> bool:
+    # Weak comparison (RFC 9110 13.1.2): W/ is ignored on both sides.
+    wanted = {tag.removeprefix("W/") for tag in parse_etags(if_none_match)}
+    return "*" in wanted or etag.removeprefix("W/") in wanted
+
+
+def with_conventions(request: Request, response: Response) -> Response:
+    """The error shape on any 4xx/5xx body, the ETag (and 304) on a successful GET."""
+    if response.status_code >= 400 and not is_error_body(response.data):
+        response.data = error_body(response.status_code, response.data)
+    if request.method in ("GET", "HEAD") and response.status_code == 200:
+        response.render()
+        etag = weak_etag(response.content)
+        # The body depends on who asks and in which format: caches must key on both.
+        patch_vary_headers(response, ("Accept", "Authorization", "Cookie"))
+        if _etag_matches(request.headers.get("If-None-Match", ""), etag):
+            # No body (RFC 9110 15.4.5): the client's copy is current.
+            not_modified = Response(
+                status=status.HTTP_304_NOT_MODIFIED,
+                headers={"ETag": etag, "Vary": response["Vary"]},
+            )
+            not_modified.accepted_renderer = response.accepted_renderer
+            not_modified.accepted_media_type = response.accepted_media_type
+            not_modified.renderer_context = response.renderer_context  # type: ignore[attr-defined]
+            return not_modified
+        response["ETag"] = etag
+    return response
 
 
 def request_principal(request: Request) -> Principal:
@@ -63,6 +106,9 @@ class TenantScopedMixin(_ViewSetBase):
         return request_principal(self.request)
 
     def get_queryset(self) -> QuerySet[Any]:
+        if getattr(self, "swagger_fake_view", False):
+            # drf-spectacular describing the view: no request, no principal, no rows.
+            return self.model.objects.none()
         queryset = self.model.objects.for_tenant(self.principal)
         return self.scope_queryset(queryset)
 
@@ -111,6 +157,14 @@ class TenantScopedMixin(_ViewSetBase):
         elif isinstance(exc, TenancyError):
             exc = ValidationError({"detail": str(exc)})
         return super().handle_exception(exc)
+
+    def finalize_response(
+        self, request: Request, response: Any, *args: Any, **kwargs: Any
+    ) -> Response:
+        finalized = super().finalize_response(request, response, *args, **kwargs)
+        if not isinstance(finalized, Response):
+            return finalized
+        return with_conventions(request, finalized)
 
 
 _BASES = {"TenantScopedMixin", "TenantScopedViewSet", "TenantScopedReadOnlyViewSet"}

@@ -50,10 +50,14 @@ def test_missing_unknown_expired_revoked_tokens_get_401_with_reason(a: Tenant) -
     assert response.status_code == 401
     response = bearer("prf_nope").get("/api/v1/customers/")
     assert response.status_code == 401
-    assert response.json()["detail"] == "Invalid API token."
+    assert response.json()["error"] == {
+        "status": 401,
+        "code": "authentication_failed",
+        "message": "Invalid API token.",
+    }
     response = APIClient().get("/api/v1/customers/", HTTP_AUTHORIZATION="Bearer two parts")
     assert response.status_code == 401
-    assert "Malformed Authorization header" in response.json()["detail"]
+    assert "Malformed Authorization header" in response.json()["error"]["message"]
 
     plaintext = a.api_token(a.operator_admin)
     assert bearer(plaintext).get("/api/v1/customers/").status_code == 200
@@ -62,7 +66,7 @@ def test_missing_unknown_expired_revoked_tokens_get_401_with_reason(a: Tenant) -
             expires_at=timezone.now() - timedelta(seconds=1)
         )
     response = bearer(plaintext).get("/api/v1/customers/")
-    assert (response.status_code, response.json()["detail"]) == (
+    assert (response.status_code, response.json()["error"]["message"]) == (
         401,
         "This API token has expired.",
     )
@@ -72,7 +76,7 @@ def test_missing_unknown_expired_revoked_tokens_get_401_with_reason(a: Tenant) -
         session(a.operator_admin).post(f"/api/v1/api-tokens/{token_id}/revoke/").status_code == 200
     )
     response = bearer(plaintext).get("/api/v1/customers/")
-    assert (response.status_code, response.json()["detail"]) == (
+    assert (response.status_code, response.json()["error"]["message"]) == (
         401,
         "This API token has been revoked.",
     )
@@ -103,7 +107,7 @@ def test_customer_create_operator_roles_only(a: Tenant, b: Tenant) -> None:
     assert response.json()["id"] not in ids(session(b.operator_admin).get("/api/v1/customers/"))
     response = admin.post("/api/v1/customers/", {"name": "Dup", "slug": "new"}, format="json")
     assert response.status_code == 400
-    assert "already has a customer with slug 'new'" in response.json()["detail"]
+    assert "already has a customer with slug 'new'" in response.json()["error"]["message"]
     response = admin.post("/api/v1/customers/", {"name": "Bad", "slug": "a b"}, format="json")
     assert response.status_code == 400
     # The same slug at another operator is fine: slugs are per operator.
@@ -182,7 +186,7 @@ def test_api_tokens_customer_roles_see_own_customer_only(a: Tenant, b: Tenant) -
         format="json",
     )
     assert response.status_code == 400
-    assert f"customer {b.customer.pk} does not exist" in response.json()["detail"]
+    assert f"customer {b.customer.pk} does not exist" in response.json()["error"]["message"]
 
 
 def test_revoke_api_token_via_api(a: Tenant) -> None:
@@ -257,7 +261,7 @@ def test_job_mapping_rules_crud_operator_admin_only(a: Tenant, b: Tenant) -> Non
         {"match_field": "hostname", "value": "x", "customer": a.customer.pk},
         format="json",
     )
-    assert response.status_code == 400 and "match_field" in response.json()
+    assert response.status_code == 400 and "match_field" in response.json()["error"]["fields"]
     for refused in (
         session(a.operator_support),
         session(a.customer_admin),
