@@ -59,6 +59,22 @@ def _swap_settings(using: str, operator: str | None, system: str) -> tuple[str, 
     return str(row[0]), str(row[1])
 
 
+def _set_settings(using: str, operator: str | None, system: str) -> None:
+    """Set the transaction-local tenant settings in one round trip (`operator=None` leaves the
+    operator setting as it is)."""
+    connection = connections[using]
+    if connection.vendor != "postgresql":
+        return
+    with connection.cursor() as cursor:
+        if operator is None:
+            cursor.execute("SELECT set_config(%s, %s, true)", [SYSTEM_SETTING, system])
+        else:
+            cursor.execute(
+                "SELECT set_config(%s, %s, true), set_config(%s, %s, true)",
+                [OPERATOR_SETTING, operator, SYSTEM_SETTING, system],
+            )
+
+
 # The settings a tenant_context()/system_context() put in force on a connection's open
 # transaction, as (operator, system), kept on the connection while the block runs: a context
 # nested in one of the same tenant (a selector called inside a service's context) then needs
@@ -79,16 +95,24 @@ def _settings_block(using: str, wanted: tuple[str, str], operator: str | None) -
         # transaction.atomic() (the IntegrityError catches do).
         yield
         return
+    outermost = not connection.in_atomic_block
     with transaction.atomic(using=using):
         in_force = getattr(connection, _IN_FORCE, None)
-        previous_operator, previous_system = _swap_settings(using, operator, wanted[1])
+        if outermost:
+            # A transaction of its own: set_config(..., is_local) ends with it, so there is
+            # nothing to read first or restore after — one round trip, not two (ingest opens
+            # one of these per batch, an evaluation four).
+            _set_settings(using, operator, wanted[1])
+        else:
+            previous_operator, previous_system = _swap_settings(using, operator, wanted[1])
         setattr(connection, _IN_FORCE, wanted)
         try:
             # On an exception the transaction/savepoint rollback undoes set_config by itself.
             yield
         finally:
             setattr(connection, _IN_FORCE, in_force)
-        _swap_settings(using, None if operator is None else previous_operator, previous_system)
+        if not outermost:
+            _swap_settings(using, None if operator is None else previous_operator, previous_system)
 
 
 @contextmanager
