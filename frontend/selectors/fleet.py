@@ -10,7 +10,6 @@ scan is one query over those buckets, and the heat map reads only its page's 50 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
@@ -20,18 +19,21 @@ from django.db.models import Count, Exists, OuterRef, Q, QuerySet
 from contract import signals
 from frontend.selectors import price as price_selectors
 from ingest import selectors as ingest_selectors
-from ingest.models import TERMINAL_JOB_STATES, Gpu, Node, Process
-from investigations.models import GPU_DEGRADING, Incident, IncidentState, JobActivity
+from ingest.models import Gpu, Node
+from investigations.models import Incident, IncidentState
 from investigations.pricing import RealPrice
+from investigations.selectors_fleet import (
+    DEFAULT_SILENT_MIN,
+    gpu_health,
+    holding,
+    jobs_holding,
+    open_infrastructure,
+)
 from tenants.access import Principal
 from tenants.context import tenant_context
 from tenants.models import Customer
 
 NODES_PER_PAGE = 50
-# A node is "reporting" when its agent's batches arrived within this many minutes (its
-# last_seen_at moves at most every 30 s): ten minutes outlasts an agent restart or a spool
-# replay, and is short enough to be worth a look.
-DEFAULT_SILENT_MIN = 10
 # Utilisation reads the newest rollup bucket that started within this window: the rollups are
 # hourly and rebuilt every 15 minutes, so the current hour's bucket (or the last one) is in it,
 # and a GPU that has reported nothing for two hours shows no value rather than an old one.
@@ -172,29 +174,6 @@ def customer_exists(principal: Principal, customer_id: int) -> bool:
         return Customer.objects.for_tenant(principal).filter(pk=customer_id).exists()
 
 
-def holding(principal: Principal, since: datetime) -> QuerySet[Process]:
-    """The processes holding GPUs now: on a GPU, not exited, of a job that has not ended and
-    whose data arrived since `since` (a job whose agent went quiet without an exit record
-    does not hold its GPUs forever). Processes, not JobRank rows: a rank's row keeps the GPU
-    of the last process record of that rank, and a rank's worker processes (data loaders)
-    carry no GPU."""
-    recent = JobActivity.objects.for_tenant(principal).filter(
-        job_id=OuterRef("job_id"), received_at__gte=since
-    )
-    return (
-        Process.objects.for_tenant(principal)
-        .filter(Exists(recent), job__isnull=False, exited_at__isnull=True)
-        .exclude(gpu="")
-        .exclude(job__state__in=list(TERMINAL_JOB_STATES))
-    )
-
-
-def _open_infra(principal: Principal) -> QuerySet[Incident]:
-    return Incident.objects.for_tenant(principal).filter(
-        state=IncidentState.OPEN, category="infrastructure"
-    )
-
-
 def _cards(principal: Principal, cutoff: datetime, now: float) -> tuple[Cards, list[str]]:
     """The headline cards and the fleet's GPU models (5 queries)."""
     nodes = Node.objects.for_tenant(principal).aggregate(
@@ -246,7 +225,7 @@ def _nodes(principal: Principal, filters: FleetFilters, cutoff: datetime) -> Que
         nodes = nodes.filter(Q(last_seen_at__lt=cutoff) | Q(last_seen_at__isnull=True))
     elif filters.state == "incident":
         nodes = nodes.filter(
-            Exists(_open_infra(principal).filter(subject_node=OuterRef("hostname")))
+            Exists(open_infrastructure(principal).filter(subject_node=OuterRef("hostname")))
         )
     if filters.customer_id is not None:
         nodes = nodes.filter(
@@ -259,18 +238,6 @@ def _nodes(principal: Principal, filters: FleetFilters, cutoff: datetime) -> Que
     return nodes
 
 
-def jobs_holding(
-    principal: Principal, gpus: Iterable[str], cutoff: datetime
-) -> dict[str, tuple[str, str | None]]:
-    """GPU uuid → (job id, customer name) of the job holding it now."""
-    rows = (
-        holding(principal, cutoff)
-        .filter(gpu__in=list(gpus))
-        .values_list("gpu", "job__job_id", "job__customer__name")
-    )
-    return {gpu: (job, customer) for gpu, job, customer in rows}
-
-
 def _utilisation(
     buckets: dict[tuple[str, str], ingest_selectors.GpuBucket], gpu: str
 ) -> tuple[float | None, str]:
@@ -281,18 +248,6 @@ def _utilisation(
     if util is not None:
         return max(0.0, min(1.0, util.mean / 100.0)), "NVML utilisation"
     return None, ""
-
-
-def _health(families: tuple[str, ...], reporting: bool) -> str:
-    if not reporting:
-        return "silent"
-    if "hardware_fault" in families:
-        return "fault"
-    if GPU_DEGRADING in families:
-        return "degrading"
-    if families:
-        return "incident"
-    return "ok"
 
 
 def _heat_map(
@@ -319,7 +274,7 @@ def _heat_map(
     on_gpu: dict[str, list[str]] = {}
     on_node: dict[str, list[str]] = {}
     for subject_node, subject_gpu, family in (
-        _open_infra(principal)
+        open_infrastructure(principal)
         .filter(Q(subject_node__in=hostnames) | Q(subject_gpu__in=uuids))
         .values_list("subject_node", "subject_gpu", "family")
     ):
@@ -349,7 +304,7 @@ def _heat_map(
                     model,
                     value,
                     source,
-                    _health(families + node_families, reporting),
+                    gpu_health(families + node_families, reporting),
                     families + node_families,
                     job,
                     customer,

@@ -17,23 +17,19 @@ from decimal import Decimal
 from typing import Any
 
 from django.db.models import (
-    Count,
     F,
-    FloatField,
-    IntegerField,
-    OuterRef,
     Q,
     QuerySet,
-    Subquery,
-    Sum,
-    Value,
 )
-from django.db.models.functions import Cast, Coalesce, NullIf
 
-from ingest.models import Job, JobState, Process
-from investigations.models import Incident, IncidentState, JobActivity, JobGpuUsage
-from investigations.pricing import RealPrice, UsageRow, real_price
-from investigations.selectors import list_prices
+from ingest.models import Job, JobState
+from investigations.pricing import RealPrice
+from investigations.selectors_jobs import (
+    annotated_jobs,
+    list_price_per_gpu_hour,
+    node_count_of,
+    page_prices,
+)
 from tenants.access import Principal
 from tenants.models import Customer
 
@@ -143,12 +139,7 @@ class JobRow:
 
     @property
     def list_price_per_gpu_hour(self) -> Decimal | None:
-        """The list cost per GPU-hour of the job's GPUs (their models' prices, GPU-time
-        weighted): what the effective price is compared with."""
-        p = self.price
-        if p.list_cost is None or p.gpu_hours <= 0:
-            return None
-        return (p.list_cost / Decimal(str(p.gpu_hours))).quantize(Decimal("0.0001"))
+        return list_price_per_gpu_hour(self.price)
 
 
 @dataclass(frozen=True)
@@ -169,42 +160,6 @@ class JobListPage:
         return self.number < self.pages
 
 
-def _count_of(model: Any, expression: Any, **where: Any) -> Subquery:
-    """A correlated count per job (NULL when it has no rows): a subquery, not a join, so that
-    several counts on one row do not multiply each other."""
-    rows = model.objects.filter(job=OuterRef("pk"), **where).order_by().values("job")
-    return Subquery(rows.annotate(n=expression).values("n")[:1], output_field=IntegerField())
-
-
-def annotated_jobs(principal: Principal) -> QuerySet[Job]:
-    """The principal's jobs with the list's sortable figures, computed by the database."""
-    usage = JobGpuUsage.objects.filter(job=OuterRef("pk")).order_by().values("job")
-    share = usage.annotate(
-        s=Cast(Sum("compute_seconds"), FloatField())
-        / NullIf(Cast(Sum("gpu_seconds"), FloatField()), Value(0.0))
-    ).values("s")[:1]
-    activity = JobActivity.objects.filter(job=OuterRef("pk")).annotate(
-        d=F("last_data_ts") - F("first_data_ts")
-    )
-    return (
-        Job.objects.for_tenant(principal)
-        .select_related("customer")
-        .annotate(
-            # Of its processes, not JobRank: a rank's input workers (no GPU) are recorded on
-            # the same rank and can leave JobRank.gpu blank.
-            gpu_count=Coalesce(
-                _count_of(Process, Count("gpu", distinct=True), gpu__gt=""), F("world_size")
-            ),
-            node_count=_count_of(Process, Count("node", distinct=True)),
-            duration_s=Subquery(activity.values("d")[:1], output_field=FloatField()),
-            share=Subquery(share, output_field=FloatField()),
-            open_incidents=Coalesce(
-                _count_of(Incident, Count("pk"), state=IncidentState.OPEN), Value(0)
-            ),
-        )
-    )
-
-
 def _filtered(principal: Principal, params: ListParams) -> QuerySet[Job]:
     qs = annotated_jobs(principal)
     if params.q:
@@ -221,43 +176,6 @@ def _filtered(principal: Principal, params: ListParams) -> QuerySet[Job]:
     return qs.order_by(order, "-pk" if descending else "pk")
 
 
-def page_prices(operator_id: int, job_pks: list[int]) -> dict[int, RealPrice]:
-    """The real price of each of these jobs (investigations.pricing.real_price over the job's
-    usage) from one grouped query: usage summed per (job, GPU model, method) — the sums
-    real_price takes — rather than one read per job."""
-    grouped = (
-        JobGpuUsage.objects.for_tenant(operator_id)
-        .filter(job_id__in=job_pks)
-        .order_by()
-        .values("job_id", "gpu_model", "method")
-        .annotate(
-            g=Sum("gpu_seconds"),
-            c=Sum("compute_seconds"),
-            w=Sum("wait_seconds"),
-            i=Sum("idle_seconds"),
-        )
-    )
-    rows: dict[int, list[UsageRow]] = {pk: [] for pk in job_pks}
-    for r in grouped:
-        rows[r["job_id"]].append(
-            UsageRow(r["gpu_model"], r["g"], r["c"], r["w"], r["i"], r["method"])
-        )
-    prices = list_prices(operator_id) if job_pks else {}
-    return {pk: real_price(usage, prices) for pk, usage in rows.items()}
-
-
-def _node_count(job: Job, counted: int | None) -> int | None:
-    """Distinct nodes of the job's ranks, else what the scheduler said (a count or a list)."""
-    if counted:
-        return counted
-    nodes = job.nodes
-    if isinstance(nodes, list):
-        return len(nodes) or None
-    if isinstance(nodes, int):
-        return nodes
-    return None
-
-
 def job_list_page(principal: Principal, params: ListParams) -> JobListPage:
     qs = _filtered(principal, params)
     total = qs.count()
@@ -270,7 +188,7 @@ def job_list_page(principal: Principal, params: ListParams) -> JobListPage:
         JobRow(
             job=j,
             gpus=j.gpu_count,  # type: ignore[attr-defined]
-            nodes=_node_count(j, j.node_count),  # type: ignore[attr-defined]
+            nodes=node_count_of(j, j.node_count),  # type: ignore[attr-defined]
             duration_s=j.duration_s,  # type: ignore[attr-defined]
             open_incidents=int(j.open_incidents),  # type: ignore[attr-defined]
             price=prices[j.pk],

@@ -1,0 +1,439 @@
+"""Reads of jobs with what Proof makes of them: GPU and node counts, data span, productive
+share and real price, open verdicts; a job's ranks, GPUs and nodes; any signal of a job
+downsampled to a resolution.
+
+Shared by the console's jobs pages (frontend/selectors/jobs.py) and the REST API
+(investigations/api/jobs.py). Every read is scoped by the principal (`for_tenant`): an
+operator sees its jobs, a customer its own jobs only.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+import numpy as np
+from django.db.models import (
+    Count,
+    Exists,
+    F,
+    FloatField,
+    IntegerField,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+    Sum,
+    Value,
+)
+from django.db.models.functions import Cast, Coalesce, NullIf
+
+from contract import signals
+from contract.rows import SeriesInfo
+from ingest import selectors as ingest_selectors
+from ingest.models import Gpu, Job, JobRank, Process
+from investigations.models import Incident, IncidentState, JobActivity, JobGpuUsage
+from investigations.pricing import RealPrice, UsageRow, real_price
+from investigations.selectors import list_prices, real_price_for
+from tenants.access import Principal
+
+# --- the list's figures, computed by the database ----------------------------------------------
+
+
+def _count_of(model: Any, expression: Any, **where: Any) -> Subquery:
+    """A correlated count per job (NULL when it has no rows): a subquery, not a join, so that
+    several counts on one row do not multiply each other."""
+    rows = model.objects.filter(job=OuterRef("pk"), **where).order_by().values("job")
+    return Subquery(rows.annotate(n=expression).values("n")[:1], output_field=IntegerField())
+
+
+def annotated_jobs(principal: Principal) -> QuerySet[Job]:
+    """The principal's jobs with the list's sortable figures, computed by the database."""
+    return annotate_job_figures(Job.objects.for_tenant(principal))
+
+
+def annotate_job_figures(jobs: QuerySet[Job]) -> QuerySet[Job]:
+    """`jobs` (already scoped) with gpu_count, node_count, duration_s, share and
+    open_incidents, each a correlated subquery (one query for a whole page)."""
+    usage = JobGpuUsage.objects.filter(job=OuterRef("pk")).order_by().values("job")
+    share = usage.annotate(
+        s=Cast(Sum("compute_seconds"), FloatField())
+        / NullIf(Cast(Sum("gpu_seconds"), FloatField()), Value(0.0))
+    ).values("s")[:1]
+    activity = JobActivity.objects.filter(job=OuterRef("pk")).annotate(
+        d=F("last_data_ts") - F("first_data_ts")
+    )
+    return jobs.select_related("customer").annotate(
+        # Of its processes, not JobRank: a rank's input workers (no GPU) are recorded on
+        # the same rank and can leave JobRank.gpu blank.
+        gpu_count=Coalesce(
+            _count_of(Process, Count("gpu", distinct=True), gpu__gt=""), F("world_size")
+        ),
+        node_count=_count_of(Process, Count("node", distinct=True)),
+        duration_s=Subquery(activity.values("d")[:1], output_field=FloatField()),
+        share=Subquery(share, output_field=FloatField()),
+        open_incidents=Coalesce(
+            _count_of(Incident, Count("pk"), state=IncidentState.OPEN), Value(0)
+        ),
+    )
+
+
+def page_prices(operator_id: int, job_pks: list[int]) -> dict[int, RealPrice]:
+    """The real price of each of these jobs (investigations.pricing.real_price over the job's
+    usage) from one grouped query: usage summed per (job, GPU model, method) — the sums
+    real_price takes — rather than one read per job."""
+    grouped = (
+        JobGpuUsage.objects.for_tenant(operator_id)
+        .filter(job_id__in=job_pks)
+        .order_by()
+        .values("job_id", "gpu_model", "method")
+        .annotate(
+            g=Sum("gpu_seconds"),
+            c=Sum("compute_seconds"),
+            w=Sum("wait_seconds"),
+            i=Sum("idle_seconds"),
+        )
+    )
+    rows: dict[int, list[UsageRow]] = {pk: [] for pk in job_pks}
+    for r in grouped:
+        rows[r["job_id"]].append(
+            UsageRow(r["gpu_model"], r["g"], r["c"], r["w"], r["i"], r["method"])
+        )
+    prices = list_prices(operator_id) if job_pks else {}
+    return {pk: real_price(usage, prices) for pk, usage in rows.items()}
+
+
+def node_count_of(job: Job, counted: int | None) -> int | None:
+    """Distinct nodes of the job's ranks, else what the scheduler said (a count or a list)."""
+    if counted:
+        return counted
+    nodes = job.nodes
+    if isinstance(nodes, list):
+        return len(nodes) or None
+    if isinstance(nodes, int):
+        return nodes
+    return None
+
+
+def list_price_per_gpu_hour(price: RealPrice) -> Decimal | None:
+    """The list cost per GPU-hour of the job's GPUs (their models' prices, GPU-time
+    weighted): what the effective price is compared with."""
+    if price.list_cost is None or price.gpu_hours <= 0:
+        return None
+    return (price.list_cost / Decimal(str(price.gpu_hours))).quantize(Decimal("0.0001"))
+
+
+# --- API filters ---------------------------------------------------------------------------------
+
+
+def on_node(jobs: QuerySet[Job], operator_id: int, hostname: str) -> QuerySet[Job]:
+    """Jobs with a process on the node (an index probe per job: Process (job, node))."""
+    ran = Process.objects.for_tenant(operator_id).filter(
+        job=OuterRef("pk"), node__hostname=hostname
+    )
+    return jobs.filter(Exists(ran))
+
+
+def on_gpu(jobs: QuerySet[Job], operator_id: int, uuid: str) -> QuerySet[Job]:
+    ran = Process.objects.for_tenant(operator_id).filter(job=OuterRef("pk"), gpu=uuid)
+    return jobs.filter(Exists(ran))
+
+
+def matching(jobs: QuerySet[Job], text: str) -> QuerySet[Job]:
+    return jobs.filter(Q(job_id__icontains=text) | Q(name__icontains=text))
+
+
+def open_incident_ids(principal: Principal, job_pks: Iterable[int]) -> dict[int, list[str]]:
+    """Public ids of the open incidents of each job the principal may see (one query)."""
+    out: dict[int, list[str]] = {}
+    rows = (
+        Incident.objects.for_tenant(principal)
+        .filter(job_id__in=list(job_pks), state=IncidentState.OPEN)
+        .order_by("-last_seen", "-id")
+        .values_list("job_id", "public_id")
+    )
+    for job_pk, public_id in rows:
+        out.setdefault(int(job_pk), []).append(str(public_id))
+    return out
+
+
+# --- one job ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RankRow:
+    rank: int
+    local_rank: int | None
+    node: str
+    gpu: str
+    pid: int | None
+
+
+@dataclass(frozen=True)
+class GpuRow:
+    uuid: str
+    node: str
+    index: int | None
+    model: str
+
+
+@dataclass(frozen=True)
+class JobDetail:
+    job: Job
+    ranks: list[RankRow]
+    gpus: list[GpuRow]
+    nodes: list[str]
+    data_span: tuple[float, float] | None  # first and last data time (seconds)
+    price: RealPrice
+    open_incidents: list[str]
+
+
+def job_ranks(operator_id: int, job: Job) -> list[RankRow]:
+    rows = (
+        JobRank.objects.for_tenant(operator_id)
+        .filter(job=job)
+        .order_by("rank")
+        .values_list("rank", "local_rank", "node__hostname", "gpu", "pid")
+    )
+    return [RankRow(r, lr, node or "", gpu, pid) for r, lr, node, gpu, pid in rows]
+
+
+def job_gpus(operator_id: int, job: Job) -> list[GpuRow]:
+    """The GPUs the job's processes held, as registered, in one query. Read by operator: the
+    caller has already checked the principal may see the job. Processes, not JobRank: a
+    rank's input-worker processes (no GPU) are recorded on the same rank."""
+    held = Process.objects.for_tenant(operator_id).filter(job=job).exclude(gpu="").values("gpu")
+    rows = (
+        Gpu.objects.for_tenant(operator_id)
+        .filter(uuid__in=held)
+        .order_by("node__hostname", "index", "uuid")
+        .values_list("uuid", "node__hostname", "index", "model")
+    )
+    return [GpuRow(uuid, node or "", index, model or "") for uuid, node, index, model in rows]
+
+
+def job_nodes(operator_id: int, job: Job) -> list[str]:
+    """Hostnames of the nodes the job's processes ran on, else the scheduler's node list."""
+    hosts = sorted(
+        set(
+            Process.objects.for_tenant(operator_id)
+            .filter(job=job)
+            .values_list("node__hostname", flat=True)
+        )
+    )
+    if hosts:
+        return [h for h in hosts if h]
+    return [str(n) for n in job.nodes] if isinstance(job.nodes, list) else []
+
+
+def job_data_span(operator_id: int, job: Job) -> tuple[float, float] | None:
+    return (
+        JobActivity.objects.for_tenant(operator_id)
+        .filter(job=job)
+        .values_list("first_data_ts", "last_data_ts")
+        .first()
+    )
+
+
+def job_detail(principal: Principal, job: Job) -> JobDetail:
+    """Everything the API's job resource shows of a job the principal may see (its caller
+    found it through the principal's scope): 7 queries whatever its size."""
+    op = principal.operator_id
+    return JobDetail(
+        job=job,
+        ranks=job_ranks(op, job),
+        gpus=job_gpus(op, job),
+        nodes=job_nodes(op, job),
+        data_span=job_data_span(op, job),
+        price=real_price_for(principal, job_pk=int(job.pk)),
+        open_incidents=open_incident_ids(principal, [int(job.pk)]).get(int(job.pk), []),
+    )
+
+
+# --- a signal of a job, downsampled ------------------------------------------------------------------
+
+# At most this many points (buckets, over all the returned series) in one response: ~1 MB of
+# JSON. A request over it is refused naming the resolution that would fit.
+MAX_POINTS = 10_000
+# Raw samples are read for at most this long a range per request: a job's blocks hold every
+# series of its nodes, so the read grows with nodes × range (1 s samples of an 8-GPU node are
+# ~0.9 M values an hour). Longer ranges: several requests.
+MAX_RANGE_S = 6 * 3600.0
+
+
+class SeriesRequestError(ValueError):
+    """A series request the job cannot answer; `name` is the parameter at fault."""
+
+    def __init__(self, name: str, message: str) -> None:
+        super().__init__(f"{name}: {message}")
+        self.name = name
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Buckets:
+    """One series downsampled: per bucket that holds samples, its start time (seconds), the
+    mean, minimum and maximum of its samples and how many there were."""
+
+    start: np.ndarray
+    mean: np.ndarray
+    min: np.ndarray
+    max: np.ndarray
+    count: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.start)
+
+
+def bucket_stats(ts: np.ndarray, values: np.ndarray, start: float, resolution: float) -> Buckets:
+    """Samples (ts seconds, values) cut into buckets of `resolution` seconds from `start`:
+    per non-empty bucket the mean, min, max and count of its finite samples. Vectorised: one
+    sort-free pass when the samples are in time order (as reads return them), with
+    `ufunc.reduceat` over the bucket boundaries."""
+    ts = np.asarray(ts, dtype=np.float64)
+    values = np.asarray(values, dtype=np.float64)
+    keep = np.isfinite(values) & (ts >= start)
+    ts, values = ts[keep], values[keep]
+    if not len(ts):
+        empty = np.zeros(0)
+        return Buckets(empty, empty, empty, empty, np.zeros(0, dtype=np.int64))
+    index = np.floor((ts - start) / resolution).astype(np.int64)
+    if len(index) > 1 and np.any(np.diff(index) < 0):
+        order = np.argsort(index, kind="stable")
+        index, values = index[order], values[order]
+    first = np.flatnonzero(np.concatenate(([True], index[1:] != index[:-1])))
+    counts = np.diff(np.append(first, len(index)))
+    sums = np.add.reduceat(values, first)
+    return Buckets(
+        start=start + index[first] * resolution,
+        mean=sums / counts,
+        min=np.minimum.reduceat(values, first),
+        max=np.maximum.reduceat(values, first),
+        count=counts,
+    )
+
+
+@dataclass(frozen=True)
+class SignalSeries:
+    info: SeriesInfo
+    rank: int | None  # the series' rank, or the rank that held its GPU
+    buckets: Buckets
+
+
+@dataclass(frozen=True)
+class JobSignal:
+    signal: str
+    unit: str
+    start: float
+    end: float
+    resolution: float
+    series: list[SignalSeries]
+
+    @property
+    def points(self) -> int:
+        return sum(len(s.buckets) for s in self.series)
+
+
+def buckets_per_series(start: float, end: float, resolution: float) -> int:
+    return math.floor((end - start) / resolution) + 1
+
+
+def smallest_resolution(start: float, end: float, series: int) -> float:
+    """The smallest whole number of seconds (at least 1) whose buckets over [start, end] for
+    `series` series stay within MAX_POINTS."""
+    per_series = max(1, MAX_POINTS // max(1, series))
+    seconds = max(1.0, math.ceil((end - start) / max(1, per_series - 1)))
+    while buckets_per_series(start, end, seconds) * series > MAX_POINTS:
+        seconds += 1.0
+    return seconds
+
+
+def job_signal(
+    principal: Principal,
+    job: Job,
+    *,
+    signal: str,
+    rank: int | None = None,
+    gpu: str | None = None,
+    start: float | None = None,
+    end: float | None = None,
+    resolution: float | None = None,
+) -> JobSignal:
+    """`signal` of a job the principal may see (its caller found it through the principal's
+    scope), per series — one per rank or GPU (and label set) — narrowed to `rank` and/or `gpu`,
+    over [start, end] (default: the job's last MAX_RANGE_S of data), in buckets of
+    `resolution` seconds (default: the finest within MAX_POINTS). SeriesRequestError names
+    the parameter it cannot use. The series are the job's own and the GPU-scope series of
+    the GPUs its ranks ran on (ingest.selectors.job_series_catalog)."""
+    op = principal.operator_id
+    catalog = ingest_selectors.job_series_catalog(op, job.job_id)
+    available = sorted({info.name for info in catalog.infos.values()})
+    if signal not in available:
+        listed = ", ".join(available) if available else "none stored"
+        raise SeriesRequestError(
+            "signal", f"job {job.job_id} has no signal {signal!r}; its signals: {listed}"
+        )
+    ranks = job_ranks(op, job)
+    rank_of_gpu = {r.gpu: r.rank for r in ranks if r.gpu}
+    if rank is not None and rank not in {r.rank for r in ranks}:
+        known = ", ".join(str(r.rank) for r in ranks) or "none"
+        raise SeriesRequestError("rank", f"job {job.job_id} has no rank {rank}; its ranks: {known}")
+    chosen: dict[int, tuple[SeriesInfo, int | None]] = {}
+    for sid, info in catalog.infos.items():
+        if info.name != signal:
+            continue
+        series_rank = info.rank if info.rank is not None else rank_of_gpu.get(info.gpu)
+        if rank is not None and series_rank != rank:
+            continue
+        if gpu is not None and info.gpu != gpu:
+            continue
+        chosen[sid] = (info, series_rank)
+    if gpu is not None and not chosen:
+        gpus = sorted({i.gpu for i in catalog.infos.values() if i.name == signal and i.gpu})
+        raise SeriesRequestError(
+            "gpu",
+            f"job {job.job_id} has no {signal} series on GPU {gpu!r}"
+            + (f"; its GPUs with it: {', '.join(gpus)}" if gpus else ""),
+        )
+    t0, t1 = _range(op, job, start, end)
+    count = max(1, len(chosen))
+    if resolution is None:
+        resolution = smallest_resolution(t0, t1, count)
+    elif buckets_per_series(t0, t1, resolution) * count > MAX_POINTS:
+        raise SeriesRequestError(
+            "resolution",
+            f"{resolution:g} s over {t1 - t0:g} s of {count} series is more than "
+            f"{MAX_POINTS} points; use at least {smallest_resolution(t0, t1, count):g}",
+        )
+    read = ingest_selectors.catalog_samples(
+        op,
+        ingest_selectors.SeriesCatalog({sid: v[0] for sid, v in chosen.items()}, catalog.node_ids),
+        t0,
+        t1,
+    )
+    rank_by_info = {info: r for info, r in chosen.values()}
+    series = [
+        SignalSeries(d.info, rank_by_info.get(d.info), bucket_stats(d.ts, d.values, t0, resolution))
+        for d in read
+    ]
+    series.sort(key=lambda s: (s.rank is None, s.rank or 0, s.info.gpu, s.info.labels))
+    spec = signals.spec_for(signal)
+    return JobSignal(signal, spec.unit if spec else "", t0, t1, resolution, series)
+
+
+def _range(op: int, job: Job, start: float | None, end: float | None) -> tuple[float, float]:
+    span = job_data_span(op, job) or (job.first_seen_at.timestamp(), job.last_seen_at.timestamp())
+    t1 = end if end is not None else float(span[1])
+    t0 = start if start is not None else max(float(span[0]), t1 - MAX_RANGE_S)
+    if t1 <= t0:
+        raise SeriesRequestError("end", f"must be after start ({t0:.3f}), not {t1:.3f}")
+    if t1 - t0 > MAX_RANGE_S:
+        raise SeriesRequestError(
+            "start",
+            f"at most {MAX_RANGE_S / 3600:g} h before end; ask for {t1 - t0:g} s in several "
+            "requests",
+        )
+    return t0, t1
