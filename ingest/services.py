@@ -360,9 +360,12 @@ def _apply_job_records(operator_id: int, recs_by_pk: dict[int, list[dict[str, An
     of the job (foreign-key checks: FOR KEY SHARE) goes on without waiting for this one."""
     jobs = Job.objects.select_for_update(no_key=True).filter(pk__in=recs_by_pk).order_by("pk")
     for job in jobs:
+        previous = job.state
         for rec in recs_by_pk[job.pk]:
             _apply_job_record(operator_id, job, rec)
         job.save()
+        if job.state != previous:
+            _announce_state(job, previous)
 
 
 def _apply_job_record(operator_id: int, job: Job, rec: dict[str, Any]) -> None:
@@ -581,12 +584,26 @@ def _end_job_when_every_rank_exited(job_pk: int) -> None:
         exits.append(proc)
     codes = [p.exit_code for p in exits if p.exit_code is not None]
     failed = next((c for c in codes if c != 0), None)
+    previous = job.state
     job.world_size = world
     job.state = JobState.FAILED if failed is not None else JobState.COMPLETED
     job.exit_code = failed if failed is not None else (0 if codes else None)
     job.ended_at = max(p.exited_at for p in exits if p.exited_at is not None)
     job.last_seen_at = max(job.last_seen_at, job.ended_at)
     job.save(update_fields=["world_size", "state", "exit_code", "ended_at", "last_seen_at"])
+    _announce_state(job, previous)
+
+
+def _announce_state(job: Job, previous: str) -> None:
+    signals.job_state_changed.send(
+        sender=Job,
+        operator_id=job.operator_id,
+        job_pk=job.pk,
+        job_id=job.job_id,
+        customer_id=job.customer_id,
+        state=job.state,
+        previous=previous,
+    )
 
 
 # --- rollups and retention -------------------------------------------------------------------

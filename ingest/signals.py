@@ -14,6 +14,13 @@ Keyword arguments:
 - `batch`: the stored `DecodedBatch` itself (read it, never change it), for receivers that
   look at what arrived without reading it back;
 - `job_ids` / `node_ids`: job id / hostname → pk of the batch's jobs and nodes.
+
+`job_state_changed` is sent inside the same transaction whenever storing moves a job to
+another state (a job record saying so, or the last of its ranks exiting); receivers that act
+outside the database (the console's live updates) defer to `transaction.on_commit`; as for
+`batch_stored`, one that raises rolls the batch back.
+Keyword arguments: `operator_id`, `job_pk`, `job_id` (the scheduler's id), `customer_id`
+(None when unattributed), `state` (the new one) and `previous` (the old one).
 """
 
 from __future__ import annotations
@@ -21,3 +28,4 @@ from __future__ import annotations
 from django.dispatch import Signal
 
 batch_stored = Signal()
+job_state_changed = Signal()

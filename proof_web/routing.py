@@ -4,4 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-websocket_urlpatterns: list[Any] = []
+from frontend.live import routing as frontend_live
+
+websocket_urlpatterns: list[Any] = [*frontend_live.websocket_urlpatterns]
