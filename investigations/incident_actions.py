@@ -56,6 +56,15 @@ COMMENT_MAX = 10_000
 TICKET_ID_MAX = 200
 
 
+class ActionInputError(TenancyError):
+    """Bad input to an action, naming the field (HTTP 400 with that field)."""
+
+    def __init__(self, field: str, problem: str) -> None:
+        super().__init__(f"{field}: {problem}")
+        self.field = field
+        self.problem = problem
+
+
 class IncidentConflict(Exception):
     """The action does not apply to the incident in its current state (HTTP 409)."""
 
@@ -64,17 +73,14 @@ class IncidentConflict(Exception):
         self.state = state
 
 
-def _require_writer(principal: Principal, action: str, *, customers: bool) -> None:
+def _locked(
+    principal: Principal, public_id: uuid.UUID | str, action: str, *, customers: bool = False
+) -> Incident:
+    """The incident, row-locked for the action, among those the principal may see; then
+    whether this principal may do `action` to it (`customers`: customer admins may too). The
+    lookup comes before the role check, so another customer's incident is 404 for everyone."""
     if not principal.can_write:
         raise NotAllowed(f"a read-only principal may not {action}")
-    if principal.is_operator or (customers and principal.is_admin):
-        return
-    who = "operator roles and customer admins" if customers else "operator roles"
-    raise NotAllowed(f"only {who} may {action}")
-
-
-def _locked(principal: Principal, public_id: uuid.UUID | str) -> Incident:
-    """The incident, row-locked for the action, among those the principal may see."""
     try:
         key = uuid.UUID(str(public_id))
     except ValueError:
@@ -88,6 +94,9 @@ def _locked(principal: Principal, public_id: uuid.UUID | str) -> Incident:
     )
     if incident is None:
         raise Http404("No such incident.")
+    if not (principal.is_operator or (customers and principal.is_admin)):
+        who = "operator roles and customer admins" if customers else "operator roles"
+        raise NotAllowed(f"only {who} may {action}")
     return incident
 
 
@@ -121,17 +130,16 @@ def _record(
 def _text(value: object, field: str, limit: int, *, required: bool) -> str:
     text = "" if value is None else str(value).strip()
     if required and not text:
-        raise TenancyError(f"{field}: may not be blank")
+        raise ActionInputError(field, "may not be blank")
     if len(text) > limit:
-        raise TenancyError(f"{field}: at most {limit} characters, got {len(text)}")
+        raise ActionInputError(field, f"at most {limit} characters, got {len(text)}")
     return text
 
 
 def acknowledge(principal: Principal, public_id: uuid.UUID | str) -> Incident:
     """Someone is on it: an open, unacknowledged incident becomes acknowledged."""
-    _require_writer(principal, "acknowledge incidents", customers=False)
     with tenant_context(principal.operator_id):
-        incident = _locked(principal, public_id)
+        incident = _locked(principal, public_id, "acknowledge incidents")
         if incident.state != IncidentState.OPEN:
             raise IncidentConflict(
                 f"incident {incident.public_id} is {incident.state}: only an open incident "
@@ -160,11 +168,10 @@ def resolve(
     note: str | None = None,
 ) -> Incident:
     """Resolve an open incident by hand, announcing it as the pipeline's resolve does."""
-    _require_writer(principal, "resolve incidents", customers=False)
     reason_text = _text(reason, "reason", REASON_MAX, required=False)
     note_text = _text(note, "note", NOTE_MAX, required=False)
     with tenant_context(principal.operator_id):
-        incident = _locked(principal, public_id)
+        incident = _locked(principal, public_id, "resolve incidents")
         if incident.state != IncidentState.OPEN:
             raise IncidentConflict(
                 f"incident {incident.public_id} is already {incident.state} "
@@ -181,9 +188,8 @@ def resolve(
 def reopen(principal: Principal, public_id: uuid.UUID | str) -> Incident:
     """A resolved incident is open again (unacknowledged), unless the pipeline has since opened
     another incident for the same job (or GPU) and family."""
-    _require_writer(principal, "reopen incidents", customers=False)
     with tenant_context(principal.operator_id):
-        incident = _locked(principal, public_id)
+        incident = _locked(principal, public_id, "reopen incidents")
         if incident.state != IncidentState.RESOLVED:
             raise IncidentConflict(
                 f"incident {incident.public_id} is {incident.state}: only a resolved incident "
@@ -248,16 +254,15 @@ def _operator_member(operator_id: int, who: str) -> AbstractBaseUser:
     if len(users) == 1:
         return users[0]
     if users:
-        raise TenancyError(f"user: {who!r} is the e-mail of several members; give a username")
-    raise TenancyError(f"user: no active operator member has the username or e-mail {who!r}")
+        raise ActionInputError("user", f"{who!r} is the e-mail of several members; give a username")
+    raise ActionInputError("user", f"no active operator member has the username or e-mail {who!r}")
 
 
 def assign(principal: Principal, public_id: uuid.UUID | str, *, user: str | None) -> Incident:
     """Give the incident to an operator member (a username or e-mail), or to nobody (None)."""
-    _require_writer(principal, "assign incidents", customers=False)
     who = None if user is None else _text(user, "user", 254, required=True)
     with tenant_context(principal.operator_id):
-        incident = _locked(principal, public_id)
+        incident = _locked(principal, public_id, "assign incidents")
         assignee = _operator_member(principal.operator_id, who) if who is not None else None
         previous = incident.assignee.get_username() if incident.assignee is not None else None
         actor = actor_label(principal)
@@ -273,10 +278,9 @@ def assign(principal: Principal, public_id: uuid.UUID | str, *, user: str | None
 
 def comment(principal: Principal, public_id: uuid.UUID | str, *, body: str) -> IncidentEvent:
     """A comment in the incident's history (open or resolved)."""
-    _require_writer(principal, "comment on incidents", customers=True)
     text = _text(body, "body", COMMENT_MAX, required=True)
     with tenant_context(principal.operator_id):
-        incident = _locked(principal, public_id)
+        incident = _locked(principal, public_id, "comment on incidents", customers=True)
         return _record(
             principal, incident, IncidentEventKind.COMMENTED, {"body": text}, actor_label(principal)
         )
@@ -292,12 +296,13 @@ def link_ticket(
 ) -> tuple[IncidentTicket, bool]:
     """Link an external ticket; (the ticket, whether it is new). The same system and ticket id
     linked again returns the existing link and records nothing."""
-    _require_writer(principal, "link tickets to incidents", customers=True)
     if system not in TicketSystem.values:
-        raise TenancyError(f"system: {system!r} is not one of {', '.join(TicketSystem.values)}")
+        raise ActionInputError(
+            "system", f"{system!r} is not one of {', '.join(TicketSystem.values)}"
+        )
     ticket_key = _text(ticket_id, "ticket_id", TICKET_ID_MAX, required=True)
     with tenant_context(principal.operator_id):
-        incident = _locked(principal, public_id)
+        incident = _locked(principal, public_id, "link tickets to incidents", customers=True)
         existing = incident.tickets.filter(system=system, ticket_id=ticket_key).first()
         if existing is not None:
             return existing, False

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rest_framework.routers import BaseRouter
 
-from tenants.api import views
+from tenants.api import audit, views
 from tenants.api.base import register_viewsets
 
 
@@ -15,4 +15,5 @@ def register(router: BaseRouter) -> None:
         views.ApiTokenViewSet,
         views.AgentTokenViewSet,
         views.JobMappingRuleViewSet,
+        audit.AuditLogViewSet,
     )
