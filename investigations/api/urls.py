@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rest_framework.routers import BaseRouter
 
-from investigations.api import share_links, views
+from investigations.api import fleet, jobs, share_links, views
 from tenants.api.base import register_viewsets
 
 
@@ -17,3 +17,6 @@ def register(router: BaseRouter) -> None:
         views.RealPriceViewSet,
     )
     register_viewsets(router, share_links.ShareLinkViewSet)
+    register_viewsets(
+        router, jobs.JobViewSet, fleet.NodeViewSet, fleet.GpuViewSet, fleet.FleetHealthViewSet
+    )

@@ -1,0 +1,211 @@
+"""Shapes of the jobs API (investigations/api/jobs.py): its query parameters, checked before
+anything is read, and its responses, which describe it in the OpenAPI schema."""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime
+from typing import Any
+
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from ingest.models import JobState
+
+# The job kinds the trace format knows (docs/trace-format.md, `job.kind`).
+JOB_KINDS = ("training", "inference")
+# `?ordering=` keys and the column each orders by (ties: the primary key, same direction).
+JOB_ORDERINGS = {
+    "started": "first_seen_at",
+    "last_seen": "last_seen_at",
+    "job": "job_id",
+}
+DEFAULT_JOB_ORDERING = "-started"
+
+
+@extend_schema_field(
+    {
+        "oneOf": [
+            {"type": "number", "minimum": 0, "description": "seconds since the epoch"},
+            {"type": "string", "format": "date-time"},
+        ]
+    }
+)
+class TimestampField(serializers.Field):  # type: ignore[type-arg]
+    """A point in time: seconds since the epoch (`1767225600.5`) or ISO 8601 with a zone
+    (`2026-01-01T00:00:00Z`); read as float seconds."""
+
+    default_error_messages = {
+        "invalid": "seconds since the epoch or an ISO 8601 time with a zone, not {value!r}",
+    }
+
+    def to_internal_value(self, data: Any) -> float:
+        text = str(data).strip()
+        try:
+            value = float(text)
+        except ValueError:
+            try:
+                parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
+            except ValueError:
+                self.fail("invalid", value=text)
+            if parsed.tzinfo is None:
+                self.fail("invalid", value=text)
+            return parsed.astimezone(UTC).timestamp()
+        if not math.isfinite(value) or value < 0:
+            self.fail("invalid", value=text)
+        return value
+
+    def to_representation(self, value: Any) -> Any:
+        return value
+
+
+class JobListQuery(serializers.Serializer[dict[str, Any]]):
+    state = serializers.ChoiceField(choices=JobState.values, required=False)
+    kind = serializers.ChoiceField(choices=JOB_KINDS, required=False)
+    customer = serializers.CharField(
+        required=False, max_length=64, help_text="the customer's slug (or its numeric id)"
+    )
+    node = serializers.CharField(
+        required=False, max_length=255, help_text="jobs with a process on this node (hostname)"
+    )
+    gpu = serializers.CharField(
+        required=False, max_length=96, help_text="jobs with a process on this GPU (NVML UUID)"
+    )
+    since = TimestampField(required=False, help_text="jobs last seen at or after this time")
+    until = TimestampField(required=False, help_text="jobs first seen at or before this time")
+    q = serializers.CharField(
+        required=False, max_length=255, help_text="part of the job id or the job name"
+    )
+    ordering = serializers.ChoiceField(
+        choices=[*JOB_ORDERINGS, *(f"-{k}" for k in JOB_ORDERINGS)],
+        required=False,
+        default=DEFAULT_JOB_ORDERING,
+        help_text="started, last_seen or job; prefix - for descending (default -started)",
+    )
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if "since" in attrs and "until" in attrs and attrs["until"] < attrs["since"]:
+            raise serializers.ValidationError({"until": ["must not be before since"]})
+        return attrs
+
+
+class JobSeriesQuery(serializers.Serializer[dict[str, Any]]):
+    signal = serializers.CharField(
+        max_length=255, help_text="a signal name (docs/design.md §4), e.g. DCGM_FI_DEV_POWER_USAGE"
+    )
+    rank = serializers.IntegerField(required=False, min_value=0, help_text="one rank's series")
+    gpu = serializers.CharField(
+        required=False, max_length=96, help_text="one GPU's series (NVML UUID)"
+    )
+    start = TimestampField(
+        required=False, help_text="default: end minus 6 h, or the job's first data"
+    )
+    end = TimestampField(required=False, help_text="default: the job's newest data")
+    resolution = serializers.FloatField(
+        required=False,
+        min_value=0.001,
+        max_value=86400.0,
+        help_text="bucket width in seconds (default: the finest within 10,000 points)",
+    )
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if "start" in attrs and "end" in attrs and attrs["end"] <= attrs["start"]:
+            raise serializers.ValidationError({"end": ["must be after start"]})
+        return attrs
+
+
+# --- responses -----------------------------------------------------------------------------------
+
+
+class CustomerRefSerializer(serializers.Serializer[dict[str, Any]]):
+    id = serializers.IntegerField()
+    slug = serializers.CharField()
+    name = serializers.CharField()
+
+
+class PriceSerializer(serializers.Serializer[dict[str, Any]]):
+    productive_share = serializers.FloatField(
+        allow_null=True, help_text="compute time over GPU time (docs/pricing.md)"
+    )
+    gpu_hours = serializers.FloatField()
+    list_price_per_gpu_hour = serializers.CharField(
+        allow_null=True, help_text="the job's GPUs' list price, GPU-time weighted"
+    )
+    effective_price_per_productive_gpu_hour = serializers.CharField(
+        allow_null=True, help_text="list cost over productive GPU-hours"
+    )
+    currency = serializers.CharField(allow_null=True)
+    unpriced_models = serializers.ListField(child=serializers.CharField())
+
+
+class JobSerializer(serializers.Serializer[dict[str, Any]]):
+    job_id = serializers.CharField()
+    name = serializers.CharField()
+    state = serializers.ChoiceField(choices=JobState.values)
+    kind = serializers.CharField()
+    scheduler = serializers.CharField()
+    customer = CustomerRefSerializer(allow_null=True)
+    world_size = serializers.IntegerField(allow_null=True)
+    exit_code = serializers.IntegerField(allow_null=True)
+    gpu_count = serializers.IntegerField(allow_null=True)
+    node_count = serializers.IntegerField(allow_null=True)
+    started = serializers.DateTimeField(help_text="when Proof first saw the job")
+    last_seen = serializers.DateTimeField()
+    ended = serializers.DateTimeField(allow_null=True)
+    duration_s = serializers.FloatField(
+        allow_null=True, help_text="from its first to its newest stored data"
+    )
+    price = PriceSerializer()
+    open_incidents = serializers.ListField(
+        child=serializers.UUIDField(), help_text="public ids of its open incidents (verdicts)"
+    )
+
+
+class RankSerializer(serializers.Serializer[dict[str, Any]]):
+    rank = serializers.IntegerField()
+    local_rank = serializers.IntegerField(allow_null=True)
+    node = serializers.CharField()
+    gpu = serializers.CharField()
+    pid = serializers.IntegerField(allow_null=True)
+
+
+class JobGpuSerializer(serializers.Serializer[dict[str, Any]]):
+    uuid = serializers.CharField()
+    node = serializers.CharField()
+    index = serializers.IntegerField(allow_null=True)
+    model = serializers.CharField()
+
+
+class JobDetailSerializer(JobSerializer):
+    ranks = RankSerializer(many=True)
+    gpus = JobGpuSerializer(many=True)
+    nodes = serializers.ListField(child=serializers.CharField())
+    data_start = serializers.FloatField(allow_null=True)
+    data_end = serializers.FloatField(allow_null=True)
+
+
+class SignalSeriesSerializer(serializers.Serializer[dict[str, Any]]):
+    rank = serializers.IntegerField(allow_null=True)
+    gpu = serializers.CharField()
+    gpu_index = serializers.IntegerField(allow_null=True)
+    node = serializers.CharField()
+    pid = serializers.IntegerField(allow_null=True)
+    labels = serializers.DictField(child=serializers.CharField())
+    t = serializers.ListField(
+        child=serializers.FloatField(), help_text="each bucket's start (seconds since epoch)"
+    )
+    mean = serializers.ListField(child=serializers.FloatField())
+    min = serializers.ListField(child=serializers.FloatField())
+    max = serializers.ListField(child=serializers.FloatField())
+    count = serializers.ListField(child=serializers.IntegerField())
+
+
+class JobSeriesSerializer(serializers.Serializer[dict[str, Any]]):
+    job = serializers.CharField()
+    signal = serializers.CharField()
+    unit = serializers.CharField()
+    start = serializers.FloatField()
+    end = serializers.FloatField()
+    resolution = serializers.FloatField()
+    points = serializers.IntegerField(help_text="buckets returned, over all series")
+    series = SignalSeriesSerializer(many=True)
