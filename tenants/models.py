@@ -146,8 +146,17 @@ class Membership(TenantOwned):
 
 
 class TokenScope(models.TextChoices):
+    """What a token may do, on top of what its role may: `read`; `read_write` (the API's
+    "write"); `admin` (write, and the admin endpoints: tokens, agent tokens, mapping rules,
+    channels, prices — only for an admin role)."""
+
     READ = "read", "Read only"
     READ_WRITE = "read_write", "Read and write"
+    ADMIN = "admin", "Read, write and admin"
+
+
+# Accepted on input for a scope's stored name (docs/api.md: scopes read, write, admin).
+TOKEN_SCOPE_ALIASES = {"write": TokenScope.READ_WRITE}
 
 
 class HashedToken(TenantOwned):
@@ -184,6 +193,9 @@ class ApiToken(HashedToken):
     role = models.CharField(max_length=32, choices=Role.choices)
     scope = models.CharField(max_length=16, choices=TokenScope.choices)
     expires_at = models.DateTimeField(null=True, blank=True)
+    # Requests allowed to this token ("120/min", "10/s"); empty: PROOF_API_RATE
+    # (tenants/api/throttling.py).
+    rate_limit = models.CharField(max_length=32, blank=True, default="")
 
     customer_path: ClassVar[str | None] = "customer"
 

@@ -9,6 +9,7 @@ validate shapes and translate the errors: `TenancyError` is bad input (HTTP 400)
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -30,6 +31,7 @@ from tenants.context import system_context, tenant_context
 from tenants.models import (
     CUSTOMER_ROLES,
     OPERATOR_ROLES,
+    TOKEN_SCOPE_ALIASES,
     AgentToken,
     ApiToken,
     Customer,
@@ -175,22 +177,23 @@ def do_create_api_token(
     scope: TokenScope | str,
     customer_id: int | None = None,
     expires_at: datetime | None = None,
+    rate_limit: str = "",
 ) -> tuple[ApiToken, str]:
     """A new API token and its plaintext (shown once; only its hash is kept).
 
     Customer principals get tokens for their own customer only. Operator principals get
     operator-wide tokens with their own role, or tokens for one of their customers. A token
-    never writes unless both its scope and the creating principal allow it.
+    never writes unless both its scope and the creating principal allow it; the admin scope
+    only an admin acting with admin rights may give. `rate_limit` ("120/min"): the token's own
+    request rate, empty for PROOF_API_RATE.
     """
     if not principal.can_write:
         raise NotAllowed("this principal has read-only access and cannot create tokens")
     name = _clean_name(name, "the token name")
-    try:
-        scope = TokenScope(scope)
-    except ValueError:
-        raise TenancyError(
-            f"scope {scope!r} must be one of {', '.join(TokenScope.values)}"
-        ) from None
+    scope = clean_token_scope(scope)
+    if scope == TokenScope.ADMIN and not principal.can_admin:
+        raise NotAllowed("only an admin with admin rights may create a token of scope 'admin'")
+    rate_limit = clean_rate_limit(rate_limit)
     if expires_at is not None and expires_at <= timezone.now():
         raise TenancyError("expires_at must be in the future")
     with tenant_context(principal.operator_id):
@@ -215,8 +218,35 @@ def do_create_api_token(
             token_hash=digest,
             created_by_id=principal.user_id,
             expires_at=expires_at,
+            rate_limit=rate_limit,
         )
     return token, plaintext
+
+
+def clean_token_scope(scope: TokenScope | str) -> TokenScope:
+    """A scope by its stored name or its alias ("write" is read_write)."""
+    scope = TOKEN_SCOPE_ALIASES.get(str(scope), scope)
+    try:
+        return TokenScope(scope)
+    except ValueError:
+        raise TenancyError(
+            f"scope {scope!r} must be one of read, write ({TokenScope.READ_WRITE.value}), admin"
+        ) from None
+
+
+_RATE = re.compile(
+    r"^(?P<count>[1-9][0-9]{0,6})/(?P<period>s|sec|second|m|min|minute|h|hour|d|day)$"
+)
+
+
+def clean_rate_limit(rate: str | None) -> str:
+    """A request rate as DRF reads it ("600/min", "10/s", "5000/hour"), or "" for the default."""
+    rate = (rate or "").strip()
+    if rate and not _RATE.match(rate):
+        raise TenancyError(
+            f"rate_limit {rate!r} must read <requests>/<s|min|hour|day>, e.g. '600/min'"
+        )
+    return rate
 
 
 def do_revoke_api_token(principal: Principal, token_id: int) -> ApiToken:
@@ -267,8 +297,10 @@ def authenticate_api_token(plaintext: str) -> Principal:
         operator_id=token.operator_id,
         customer_id=token.customer_id,
         role=role,
-        can_write=token.scope == TokenScope.READ_WRITE and role_can_write(role),
+        can_write=token.scope in (TokenScope.READ_WRITE, TokenScope.ADMIN) and role_can_write(role),
         api_token_id=token.pk,
+        admin_scope=token.scope == TokenScope.ADMIN,
+        rate_limit=token.rate_limit or None,
     )
 
 
@@ -276,8 +308,11 @@ def authenticate_api_token(plaintext: str) -> Principal:
 
 
 def _require_operator_admin(principal: Principal, action: str) -> None:
-    if principal.role != Role.OPERATOR_ADMIN or not principal.can_write:
-        raise NotAllowed(f"only operator admins with write access may {action}")
+    if principal.role != Role.OPERATOR_ADMIN or not principal.can_admin:
+        raise NotAllowed(
+            f"only operator admins with admin rights (a session, or a token of scope admin) may "
+            f"{action}"
+        )
 
 
 def do_create_agent_token(

@@ -33,10 +33,15 @@ class Tenant:
         return principal
 
     def api_token(
-        self, user: User, scope: str = TokenScope.READ_WRITE, customer_id: int | None = None
+        self, user: User, scope: str | None = None, customer_id: int | None = None
     ) -> str:
+        """A token of `user`; by default of the widest scope their role may hold (admin for
+        the admin roles, read_write for the others)."""
+        principal = self.principal(user)
+        if scope is None:
+            scope = TokenScope.ADMIN if principal.can_admin else TokenScope.READ_WRITE
         _token, plaintext = services.do_create_api_token(
-            self.principal(user),
+            principal,
             name=f"{user.username} token",
             scope=scope,
             customer_id=customer_id,

@@ -432,7 +432,7 @@ def test_invalid_api_tokens_rerender_with_errors_naming_the_field(
     sign_in(client, a.operator_admin)
     yesterday = (timezone.now() - timedelta(days=1)).date().isoformat()
     response = client.post(
-        "/settings/api-tokens/", {"name": "", "scope": "admin", "expires_on": yesterday}
+        "/settings/api-tokens/", {"name": "", "scope": "superuser", "expires_on": yesterday}
     )
     assert response.status_code == 400
     body = body_of(response)

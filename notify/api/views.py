@@ -20,7 +20,7 @@ from notify.api.serializers import (
 )
 from notify.models import NotificationChannel
 from tenants.api.base import TenantScopedViewSet
-from tenants.api.permissions import HasPrincipal
+from tenants.api.permissions import AdminScopeForWrites
 
 
 class NotificationChannelViewSet(TenantScopedViewSet):
@@ -33,8 +33,9 @@ class NotificationChannelViewSet(TenantScopedViewSet):
 
     # Any principal passes the permission, so a customer's request reaches the scoped
     # queryset (operator-only: empty for customers) and gets 404 for any channel, as another
-    # operator's would; writes are refused by the services (403) to all but operator admins.
-    permission_classes = [HasPrincipal]
+    # operator's would; writes are refused by the services (403) to all but operator admins,
+    # and here to tokens without the admin scope.
+    permission_classes = [AdminScopeForWrites]
 
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         made = services.do_create_channel(self.principal, **self.validated(ChannelWriteSerializer))

@@ -8,6 +8,10 @@ from rest_framework.request import Request
 from tenants.access import Principal
 from tenants.models import Role
 
+READ_ONLY_MESSAGE = (
+    "This principal may only read: a token of scope read, or a role that cannot write."
+)
+
 
 def principal_or_none(request: Request) -> Principal | None:
     """The principal the authentication (or the session middleware) put on the request."""
@@ -16,7 +20,8 @@ def principal_or_none(request: Request) -> Principal | None:
 
 
 class HasPrincipal(BasePermission):
-    """Authenticated as a member of an operator or customer; writes need a write scope.
+    """Authenticated as a member of an operator or customer; writes need a write scope
+    (read_write or admin); the admin classes below also need the admin scope of a token.
 
     Subclasses narrow who may use the endpoint with `allows()`.
     """
@@ -27,9 +32,12 @@ class HasPrincipal(BasePermission):
         principal = principal_or_none(request)
         if principal is None:
             return False
-        if request.method not in SAFE_METHODS and not principal.can_write:
+        if not self.allows(principal):
             return False
-        return self.allows(principal)
+        if request.method not in SAFE_METHODS and not principal.can_write:
+            self.message = READ_ONLY_MESSAGE
+            return False
+        return True
 
     def allows(self, principal: Principal) -> bool:
         return True
@@ -42,14 +50,31 @@ class IsOperatorPrincipal(HasPrincipal):
         return principal.is_operator
 
 
-class IsAdminPrincipal(HasPrincipal):
+class AdminScopeForWrites(HasPrincipal):
+    """Admin endpoints: what the role allows (`allows`, any principal here, the view's
+    queryset scoping the rows), and a change only with admin rights: a session, or a token
+    of scope admin. A read or read_write token reads what its role may read."""
+
+    message = "This change needs admin rights: a session, or an API token of scope admin."
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        if not super().has_permission(request, view):
+            return False
+        principal = principal_or_none(request)
+        if request.method in SAFE_METHODS or (principal is not None and principal.admin_scope):
+            return True
+        self.message = AdminScopeForWrites.message
+        return False
+
+
+class IsAdminPrincipal(AdminScopeForWrites):
     message = "Only admin roles may use this endpoint."
 
     def allows(self, principal: Principal) -> bool:
         return principal.is_admin
 
 
-class IsOperatorAdminPrincipal(HasPrincipal):
+class IsOperatorAdminPrincipal(AdminScopeForWrites):
     message = "Only operator admins may use this endpoint."
 
     def allows(self, principal: Principal) -> bool:

@@ -35,18 +35,32 @@ class ApiTokenSerializer(serializers.ModelSerializer[ApiToken]):
             "expires_at",
             "revoked_at",
             "last_used_at",
+            "rate_limit",
         ]
         read_only_fields = fields
 
 
 class ApiTokenCreateSerializer(serializers.Serializer[dict[str, Any]]):
     name = serializers.CharField(max_length=200)
-    scope = serializers.ChoiceField(choices=TokenScope.choices, default=TokenScope.READ)
+    scope = serializers.ChoiceField(
+        choices=[*TokenScope.choices, ("write", "Read and write (the same as read_write)")],
+        default=TokenScope.READ,
+        help_text="read; write (stored as read_write); admin (admin roles only: the admin "
+        "endpoints too)",
+    )
     # `source`: the services take the customer as `customer_id`.
     customer = serializers.IntegerField(
         required=False, allow_null=True, default=None, source="customer_id"
     )
     expires_at = serializers.DateTimeField(required=False, allow_null=True, default=None)
+    rate_limit = serializers.RegexField(
+        r"^([1-9][0-9]{0,6}/(s|sec|second|m|min|minute|h|hour|d|day))?$",
+        max_length=32,
+        required=False,
+        allow_blank=True,
+        default="",
+        help_text="this token's request rate, e.g. '120/min'; empty: the server default",
+    )
 
 
 class AgentTokenSerializer(serializers.ModelSerializer[AgentToken]):

@@ -17,7 +17,12 @@ from rest_framework.serializers import Serializer
 
 from tenants import services
 from tenants.api.base import TenantScopedViewSet
-from tenants.api.permissions import HasPrincipal, IsOperatorAdminPrincipal, IsOperatorPrincipal
+from tenants.api.permissions import (
+    AdminScopeForWrites,
+    HasPrincipal,
+    IsOperatorAdminPrincipal,
+    IsOperatorPrincipal,
+)
 from tenants.api.serializers import (
     AgentTokenCreateSerializer,
     AgentTokenSerializer,
@@ -77,7 +82,8 @@ class ApiTokenViewSet(_TokenViewSet):
     route = "api-tokens"
     serializer_class = ApiTokenSerializer
     create_shape = ApiTokenCreateSerializer
-    permission_classes = [HasPrincipal]
+    # Making and revoking tokens is an admin endpoint: a token needs the admin scope.
+    permission_classes = [AdminScopeForWrites]
 
     def issue(self, data: dict[str, Any]) -> tuple[HashedToken, str]:
         return services.do_create_api_token(self.principal, **data)

@@ -84,6 +84,8 @@ def test_api_token_is_stored_hashed_and_authenticates_to_its_principal() -> None
         role=Role.OPERATOR_ADMIN,
         can_write=True,
         api_token_id=token.pk,
+        # read_write: writes, but not the admin endpoints (those need scope admin).
+        admin_scope=False,
     )
 
 
