@@ -71,8 +71,10 @@ def evaluate(tenant: Tenant, scenario: str, customer: Customer | None, seed: int
         return Incident.objects.for_tenant(op).get(job_id=pk, family=scenario)
 
 
-@pytest.fixture
-def world() -> World:
+@pytest.fixture(name="world")
+def world_fixture() -> World:
+    """Two operators; a's customer's slow_rank incident, a's second customer's hardware_fault
+    incident, b's slow_rank incident — each opened by the pipeline (shared by the API tests)."""
     a, b = make_tenant("iaa"), make_tenant("iab")
     second = tenant_services.do_create_customer(a.operator.pk, name="Second", slug="second")
     second_admin = tenant_services.do_create_member(
