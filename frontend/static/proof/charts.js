@@ -70,15 +70,19 @@
     if (small) { opts.padding = [2, 2, 2, 2]; }
     el.innerHTML = "";
     el.setAttribute("data-drawn", "true");
-    new uPlot(opts, data, el);
+    var plot = new uPlot(opts, data, el);
+    // Kept for live.js, which extends a job page's charts with new points (plot.setData).
+    drawn[el.getAttribute("data-chart")] = { plot: plot, data: data, spec: spec, keep: Math.max(60, spec.x.length) };
   }
+
+  var drawn = {};
 
   function drawAll() {
     var els = document.querySelectorAll("[data-chart]");
     for (var i = 0; i < els.length; i++) draw(els[i]);
   }
 
-  window.ProofCharts = { draw: draw, drawAll: drawAll };
+  window.ProofCharts = { draw: draw, drawAll: drawAll, get: function (id) { return drawn[id] || null; } };
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", drawAll);
   else drawAll();
 })();
