@@ -272,6 +272,15 @@ SPECTACULAR_SETTINGS = {
     "COMPONENT_SPLIT_REQUEST": True,
     "SCHEMA_PATH_PREFIX": "/api/v1/",
     "SWAGGER_UI_SETTINGS": {"persistAuthorization": True},
+    # The schema is generated and checked (--fail-on-warn) by tests/api in CI, not at each
+    # `check --deploy` of a production host.
+    "ENABLE_DJANGO_DEPLOY_CHECK": False,
+    "ENUM_NAME_OVERRIDES": {
+        "TokenScopeEnum": "tenants.models.TokenScope",
+        "TokenScopeInputEnum": "tenants.api.serializers.TOKEN_SCOPE_INPUT_CHOICES",
+        "ChannelKindEnum": "notify.models.ChannelKind",
+        "DeliveryKindEnum": "notify.models.DeliveryKind",
+    },
 }
 
 # --- i18n, static ----------------------------------------------------------------------------

@@ -13,6 +13,13 @@ from typing import Any
 
 from django.db.models import Count, QuerySet
 from django.urls import reverse
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import (
+    OpenApiExample,
+    OpenApiParameter,
+    extend_schema,
+    extend_schema_view,
+)
 from rest_framework import serializers, status
 from rest_framework.decorators import action
 from rest_framework.request import Request
@@ -54,6 +61,12 @@ class ShareLinkWriteSerializer(serializers.Serializer[dict[str, Any]]):
     )
 
 
+class ShareLinkCreatedSerializer(serializers.Serializer[dict[str, Any]]):
+    id = serializers.IntegerField()
+    url = serializers.URLField(help_text="the link to send; its token is shown this once")
+    expires_at = serializers.DateTimeField()
+
+
 class ShareLinkFilterSerializer(serializers.Serializer[dict[str, Any]]):
     incident = serializers.UUIDField(help_text="only this incident's links")
 
@@ -65,6 +78,63 @@ class ShareLinkOpenSerializer(serializers.ModelSerializer[ShareLinkOpen]):
         read_only_fields = fields
 
 
+_AT = "2026-12-02T08:10:00Z"
+_INCIDENT = "0b5e1d2a-3c4f-4a6b-9d8e-7f6a5b4c3d2e"
+LINK = OpenApiExample(
+    "share link",
+    value={
+        "id": 7,
+        "incident": _INCIDENT,
+        "created_at": _AT,
+        "expires_at": "2026-12-02T09:10:00Z",
+        "revoked": False,
+        "opens": 2,
+    },
+    response_only=True,
+)
+LINK_NEW = OpenApiExample(
+    "an hour's link", value={"incident": _INCIDENT, "expires_in_s": 3600}, request_only=True
+)
+LINK_CREATED = OpenApiExample(
+    "created (the URL, once)",
+    value={
+        "id": 7,
+        "url": "https://proof.example.com/share/prfs_Zq3.../",
+        "expires_at": "2026-12-02T09:10:00Z",
+    },
+    response_only=True,
+)
+OPEN = OpenApiExample(
+    "open",
+    value={"opened_at": _AT, "address": "203.0.113.7", "user_agent": "Mozilla/5.0"},
+    response_only=True,
+)
+
+
+@extend_schema_view(
+    list=extend_schema(
+        summary="List share links (operator roles, customer admins)",
+        parameters=[
+            OpenApiParameter(
+                "incident", OpenApiTypes.UUID, description="only this incident's links"
+            )
+        ],
+        examples=[LINK],
+    ),
+    retrieve=extend_schema(summary="One share link", examples=[LINK]),
+    create=extend_schema(
+        summary="Share an incident's verdict page for a while",
+        request=ShareLinkWriteSerializer,
+        responses={201: ShareLinkCreatedSerializer},
+        examples=[LINK_NEW, LINK_CREATED],
+    ),
+    destroy=extend_schema(summary="Revoke a share link at once"),
+    opens=extend_schema(
+        summary="Each open of the link, newest first",
+        responses={200: ShareLinkOpenSerializer(many=True)},
+        examples=[OPEN],
+    ),
+)
 class ShareLinkViewSet(TenantScopedViewSet):
     model = ShareLink
     route = "share-links"

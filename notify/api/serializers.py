@@ -47,6 +47,24 @@ class ChannelSerializer(serializers.ModelSerializer[NotificationChannel]):
         return masked(channel.target)
 
 
+class ChannelCreatedSerializer(ChannelSerializer):
+    """The 201 of a new channel: a webhook channel's signing secret is in it, this once."""
+
+    secret = serializers.CharField(
+        read_only=True, required=False, help_text="webhook channels only: the signing secret"
+    )
+
+    class Meta(ChannelSerializer.Meta):
+        fields = [*ChannelSerializer.Meta.fields, "secret"]
+
+
+class RotatedSecretSerializer(serializers.Serializer[Any]):
+    secret = serializers.CharField(help_text="the new signing secret, shown this once")
+    previous_valid_for_s = serializers.IntegerField(
+        help_text="seconds the previous secret still signs (both are sent meanwhile)"
+    )
+
+
 class RuleWriteSerializer(serializers.Serializer[Any]):
     families = serializers.ListField(child=serializers.CharField(max_length=64), required=False)
     categories = serializers.ListField(child=serializers.CharField(max_length=32), required=False)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.db import transaction
+from drf_spectacular.utils import OpenApiExample, extend_schema, extend_schema_view
 from rest_framework import status
 from rest_framework.decorators import action
 from rest_framework.request import Request
@@ -13,16 +14,122 @@ from rest_framework.response import Response
 
 from notify import selectors, services, tasks
 from notify.api.serializers import (
+    ChannelCreatedSerializer,
     ChannelSerializer,
     ChannelUpdateSerializer,
     ChannelWriteSerializer,
     DeliverySerializer,
+    RotatedSecretSerializer,
 )
 from notify.models import NotificationChannel
 from tenants.api.base import TenantScopedViewSet
 from tenants.api.permissions import AdminScopeForWrites
 
+_AT = "2026-12-02T08:10:00Z"
+_RULE = {
+    "families": ["xid_error", "ecc_errors"],
+    "categories": ["infrastructure"],
+    "customer": None,
+    "min_gpu_hours_lost": 1.0,
+    "min_money_lost": None,
+}
+_CHANNEL = {
+    "id": 5,
+    "name": "Zendesk bridge",
+    "kind": "webhook",
+    "target": "…/hook",
+    "addresses": [],
+    "enabled": True,
+    "disabled_reason": "",
+    "rules": [_RULE],
+    "created_at": _AT,
+    "updated_at": _AT,
+}
+CHANNEL = OpenApiExample("webhook channel", value=_CHANNEL, response_only=True)
+CHANNEL_NEW = OpenApiExample(
+    "a webhook to a ticket bridge",
+    value={
+        "name": "Zendesk bridge",
+        "kind": "webhook",
+        "target": "https://tickets.example.com/proof/hook",
+        "rules": [{"families": ["xid_error"], "categories": ["infrastructure"]}],
+    },
+    request_only=True,
+)
+CHANNEL_CREATED = OpenApiExample(
+    "created (the secret, once)",
+    value={**_CHANNEL, "secret": "whsec_MfKQ9r8GZmZ1..."},
+    response_only=True,
+)
+CHANNEL_CHANGE = OpenApiExample("pause it", value={"enabled": False}, request_only=True)
+DELIVERY = OpenApiExample(
+    "delivery",
+    value={
+        "id": 41,
+        "kind": "test",
+        "incident": None,
+        "event_id": "evt_2b1f0c8e",
+        "state": "pending",
+        "attempts": 0,
+        "next_attempt_at": _AT,
+        "last_status": None,
+        "last_error": "",
+        "created_at": _AT,
+        "sent_at": None,
+    },
+    response_only=True,
+)
+ROTATED = OpenApiExample(
+    "rotated",
+    value={"secret": "whsec_Q2x7...", "previous_valid_for_s": services.ROTATION_OVERLAP_S},
+    response_only=True,
+)
 
+
+@extend_schema_view(
+    list=extend_schema(
+        summary="List notification channels (operator roles)",
+        description="Customers get an empty list. `target` shows its last 4 characters only.",
+        examples=[CHANNEL],
+    ),
+    retrieve=extend_schema(summary="One channel", examples=[CHANNEL]),
+    create=extend_schema(
+        summary="Create a channel (operator admins, admin rights)",
+        request=ChannelWriteSerializer,
+        responses={201: ChannelCreatedSerializer},
+        examples=[CHANNEL_NEW, CHANNEL_CREATED],
+    ),
+    update=extend_schema(
+        summary="Change a channel (rules replaced as a whole)",
+        request=ChannelUpdateSerializer,
+        responses={200: ChannelSerializer},
+        examples=[CHANNEL_CHANGE, CHANNEL],
+    ),
+    partial_update=extend_schema(
+        summary="Change a channel (rules replaced as a whole)",
+        request=ChannelUpdateSerializer,
+        responses={200: ChannelSerializer},
+        examples=[CHANNEL_CHANGE, CHANNEL],
+    ),
+    destroy=extend_schema(summary="Delete a channel"),
+    test=extend_schema(
+        summary="Queue a test event through the outbox",
+        request=None,
+        responses={202: DeliverySerializer},
+        examples=[DELIVERY],
+    ),
+    rotate_secret=extend_schema(
+        summary="Rotate a webhook channel's signing secret",
+        request=None,
+        responses={200: RotatedSecretSerializer},
+        examples=[ROTATED],
+    ),
+    deliveries=extend_schema(
+        summary="The channel's delivery log, newest first",
+        responses={200: DeliverySerializer(many=True)},
+        examples=[DELIVERY],
+    ),
+)
 class NotificationChannelViewSet(TenantScopedViewSet):
     model = NotificationChannel
     route = "notification-channels"

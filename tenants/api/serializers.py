@@ -40,10 +40,24 @@ class ApiTokenSerializer(serializers.ModelSerializer[ApiToken]):
         read_only_fields = fields
 
 
+class ApiTokenCreatedSerializer(ApiTokenSerializer):
+    """The 201 of a new token: its read shape and, in this one response only, the plaintext."""
+
+    token = serializers.CharField(read_only=True, help_text="the secret: shown this once")
+
+    class Meta(ApiTokenSerializer.Meta):
+        fields = [*ApiTokenSerializer.Meta.fields, "token"]
+        read_only_fields = fields
+
+
+# What a new token's scope may be given as: a stored name, or "write" for read_write.
+TOKEN_SCOPE_INPUT_CHOICES = [*TokenScope.choices, ("write", "Read and write (= read_write)")]
+
+
 class ApiTokenCreateSerializer(serializers.Serializer[dict[str, Any]]):
     name = serializers.CharField(max_length=200)
     scope = serializers.ChoiceField(
-        choices=[*TokenScope.choices, ("write", "Read and write (the same as read_write)")],
+        choices=TOKEN_SCOPE_INPUT_CHOICES,
         default=TokenScope.READ,
         help_text="read; write (stored as read_write); admin (admin roles only: the admin "
         "endpoints too)",
@@ -67,6 +81,14 @@ class AgentTokenSerializer(serializers.ModelSerializer[AgentToken]):
     class Meta:
         model = AgentToken
         fields = ["id", "name", "prefix", "created_at", "revoked_at", "last_used_at"]
+        read_only_fields = fields
+
+
+class AgentTokenCreatedSerializer(AgentTokenSerializer):
+    token = serializers.CharField(read_only=True, help_text="the secret: shown this once")
+
+    class Meta(AgentTokenSerializer.Meta):
+        fields = [*AgentTokenSerializer.Meta.fields, "token"]
         read_only_fields = fields
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+from drf_spectacular.utils import OpenApiExample, extend_schema, extend_schema_view
 from rest_framework import status
 from rest_framework.decorators import action
 from rest_framework.permissions import BasePermission
@@ -24,8 +25,10 @@ from tenants.api.permissions import (
     IsOperatorPrincipal,
 )
 from tenants.api.serializers import (
+    AgentTokenCreatedSerializer,
     AgentTokenCreateSerializer,
     AgentTokenSerializer,
+    ApiTokenCreatedSerializer,
     ApiTokenCreateSerializer,
     ApiTokenSerializer,
     CustomerCreateSerializer,
@@ -35,7 +38,81 @@ from tenants.api.serializers import (
 )
 from tenants.models import AgentToken, ApiToken, Customer, HashedToken, JobMappingRule
 
+# --- OpenAPI examples (docs/api.md) ------------------------------------------------------------
+_AT = "2026-12-02T08:10:00Z"
+CUSTOMER = OpenApiExample(
+    "customer",
+    value={"id": 7, "name": "Acme ML", "slug": "acme-ml", "created_at": _AT},
+    response_only=True,
+)
+CUSTOMER_NEW = OpenApiExample(
+    "new customer", value={"name": "Acme ML", "slug": "acme-ml"}, request_only=True
+)
+_API_TOKEN = {
+    "id": 12,
+    "name": "zendesk",
+    "prefix": "prf_Xk3v9QaB",
+    "customer": None,
+    "role": "operator_support",
+    "scope": "read_write",
+    "created_at": _AT,
+    "expires_at": None,
+    "revoked_at": None,
+    "last_used_at": None,
+    "rate_limit": "",
+}
+API_TOKEN = OpenApiExample("API token", value=_API_TOKEN, response_only=True)
+API_TOKEN_NEW = OpenApiExample(
+    "a ticket system's token",
+    value={"name": "zendesk", "scope": "write", "rate_limit": "120/min"},
+    request_only=True,
+)
+API_TOKEN_CREATED = OpenApiExample(
+    "created (the secret, once)",
+    value={**_API_TOKEN, "rate_limit": "120/min", "token": "prf_Xk3v9QaB..."},
+    response_only=True,
+)
+API_TOKEN_REVOKED = OpenApiExample(
+    "revoked", value={**_API_TOKEN, "revoked_at": _AT}, response_only=True
+)
+_AGENT_TOKEN = {
+    "id": 3,
+    "name": "rack 12",
+    "prefix": "prfa_9fQe2LmZ",
+    "created_at": _AT,
+    "revoked_at": None,
+    "last_used_at": _AT,
+}
+AGENT_TOKEN = OpenApiExample("agent token", value=_AGENT_TOKEN, response_only=True)
+AGENT_TOKEN_NEW = OpenApiExample("new agent token", value={"name": "rack 12"}, request_only=True)
+AGENT_TOKEN_CREATED = OpenApiExample(
+    "created (the secret, once)",
+    value={**_AGENT_TOKEN, "last_used_at": None, "token": "prfa_9fQe2LmZ..."},
+    response_only=True,
+)
+AGENT_TOKEN_REVOKED = OpenApiExample(
+    "revoked", value={**_AGENT_TOKEN, "revoked_at": _AT}, response_only=True
+)
+_RULE = {"match_field": "slurm_account", "value": "acme", "customer": 7, "priority": 100}
+RULE = OpenApiExample("rule", value={"id": 4, **_RULE, "created_at": _AT}, response_only=True)
+RULE_NEW = OpenApiExample("Slurm account to customer", value=_RULE, request_only=True)
+RULE_CHANGE = OpenApiExample("a new priority", value={"priority": 10}, request_only=True)
 
+
+@extend_schema_view(
+    list=extend_schema(
+        summary="List customers",
+        description="Operator roles: every customer of theirs; customer roles: their own.",
+        examples=[CUSTOMER],
+    ),
+    retrieve=extend_schema(summary="One customer", examples=[CUSTOMER]),
+    create=extend_schema(
+        summary="Create a customer (operator roles with write access)",
+        request=CustomerCreateSerializer,
+        responses={201: CustomerSerializer},
+        examples=[CUSTOMER_NEW, CUSTOMER],
+    ),
+)
 class CustomerViewSet(TenantScopedViewSet):
     """Operator roles see and create their customers; customer roles see only their own."""
 
@@ -75,6 +152,28 @@ class _TokenViewSet(TenantScopedViewSet):
         return Response(self.get_serializer_class()(token).data)
 
 
+@extend_schema_view(
+    list=extend_schema(
+        summary="List API tokens",
+        description="Operator roles: the operator's tokens; customer roles: their customer's.",
+        examples=[API_TOKEN],
+    ),
+    retrieve=extend_schema(summary="One API token", examples=[API_TOKEN]),
+    create=extend_schema(
+        summary="Create an API token (admin rights)",
+        description="The plaintext `token` is in this response only; Proof keeps its hash. "
+        "`scope`: read, write or admin; `rate_limit`: its own request rate.",
+        request=ApiTokenCreateSerializer,
+        responses={201: ApiTokenCreatedSerializer},
+        examples=[API_TOKEN_NEW, API_TOKEN_CREATED],
+    ),
+    revoke=extend_schema(
+        summary="Revoke an API token (at once)",
+        request=None,
+        responses={200: ApiTokenSerializer},
+        examples=[API_TOKEN_REVOKED],
+    ),
+)
 class ApiTokenViewSet(_TokenViewSet):
     """API tokens. Customer principals see and manage their own customer's tokens only."""
 
@@ -92,6 +191,23 @@ class ApiTokenViewSet(_TokenViewSet):
         return services.do_revoke_api_token(self.principal, pk)
 
 
+@extend_schema_view(
+    list=extend_schema(summary="List agent tokens (operator admins)", examples=[AGENT_TOKEN]),
+    retrieve=extend_schema(summary="One agent token", examples=[AGENT_TOKEN]),
+    create=extend_schema(
+        summary="Create an agent token (operator admins, admin rights)",
+        description="Node agents stream telemetry with it; the plaintext is in this response only.",
+        request=AgentTokenCreateSerializer,
+        responses={201: AgentTokenCreatedSerializer},
+        examples=[AGENT_TOKEN_NEW, AGENT_TOKEN_CREATED],
+    ),
+    revoke=extend_schema(
+        summary="Revoke an agent token",
+        request=None,
+        responses={200: AgentTokenSerializer},
+        examples=[AGENT_TOKEN_REVOKED],
+    ),
+)
 class AgentTokenViewSet(_TokenViewSet):
     """Agent tokens for node agents: operator admins only."""
 
@@ -108,6 +224,33 @@ class AgentTokenViewSet(_TokenViewSet):
         return services.do_revoke_agent_token(self.principal, pk)
 
 
+@extend_schema_view(
+    list=extend_schema(
+        summary="List job-to-customer mapping rules (operator admins)",
+        description="The lowest priority that matches a job names its customer.",
+        examples=[RULE],
+    ),
+    retrieve=extend_schema(summary="One mapping rule", examples=[RULE]),
+    create=extend_schema(
+        summary="Create a mapping rule",
+        request=JobMappingRuleWriteSerializer,
+        responses={201: JobMappingRuleSerializer},
+        examples=[RULE_NEW, RULE],
+    ),
+    update=extend_schema(
+        summary="Replace a mapping rule",
+        request=JobMappingRuleWriteSerializer,
+        responses={200: JobMappingRuleSerializer},
+        examples=[RULE_NEW, RULE],
+    ),
+    partial_update=extend_schema(
+        summary="Change a mapping rule",
+        request=JobMappingRuleWriteSerializer,
+        responses={200: JobMappingRuleSerializer},
+        examples=[RULE_CHANGE, RULE],
+    ),
+    destroy=extend_schema(summary="Delete a mapping rule"),
+)
 class JobMappingRuleViewSet(TenantScopedViewSet):
     """Job-to-customer mapping rules: operator admins only."""
 
