@@ -29,6 +29,7 @@ from notify.models import (
     RoutingRule,
 )
 from tenants.access import Principal
+from tenants.audit import record_audit
 from tenants.context import tenant_context
 from tenants.models import Customer, Role
 from tenants.services import NotAllowed, TenancyError
@@ -114,6 +115,7 @@ def do_create_channel(
             ChannelSecret.objects.create(
                 operator_id=principal.operator_id, channel=channel, secret=secret
             )
+        record_audit(principal, "channel.create", "channel", channel.pk, detail={"name": name, "kind": kind})  # fmt: skip
     return CreatedChannel(channel, secret)
 
 
@@ -138,6 +140,7 @@ def do_update_channel(
 def do_delete_channel(principal: Principal, channel: NotificationChannel) -> None:
     _require_admin(principal)
     with tenant_context(principal.operator_id):
+        record_audit(principal, "channel.delete", "channel", channel.pk, detail={"name": channel.name, "kind": channel.kind})  # fmt: skip
         channel.delete()
 
 

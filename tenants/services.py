@@ -27,6 +27,7 @@ from django.utils.encoding import force_bytes
 from django.utils.http import urlsafe_base64_encode
 
 from tenants.access import Principal, get_object_for_tenant, role_can_write
+from tenants.audit import record_audit
 from tenants.context import system_context, tenant_context
 from tenants.models import (
     CUSTOMER_ROLES,
@@ -162,9 +163,12 @@ def do_create_member(
     """A new user with a role at the operator or one of its customers."""
     with transaction.atomic():
         user = _create_user(username, email, password)
-        return do_add_membership(
+        membership = do_add_membership(
             operator_id=operator_id, user=user, role=role, customer_id=customer_id
         )
+        with tenant_context(operator_id):
+            record_audit(operator_id, "membership.create", "membership", membership.pk, customer_id=customer_id, detail={"username": username, "role": str(role)})  # fmt: skip
+        return membership
 
 
 # --- API tokens --------------------------------------------------------------------------------
@@ -220,6 +224,7 @@ def do_create_api_token(
             expires_at=expires_at,
             rate_limit=rate_limit,
         )
+        record_audit(principal, "api_token.create", "api_token", token.pk, customer_id=customer_id, detail={"name": name, "prefix": prefix, "role": role, "scope": scope})  # fmt: skip
     return token, plaintext
 
 
@@ -261,6 +266,7 @@ def do_revoke_api_token(principal: Principal, token_id: int) -> ApiToken:
         if token.revoked_at is None:
             token.revoked_at = timezone.now()
             token.save(update_fields=["revoked_at"])
+            record_audit(principal, "api_token.revoke", "api_token", token.pk, customer_id=token.customer_id, detail={"prefix": token.prefix})  # fmt: skip
     return token
 
 
@@ -334,6 +340,7 @@ def do_create_agent_token(
             token_hash=digest,
             created_by_id=created_by_id,
         )
+        record_audit(principal, "agent_token.create", "agent_token", token.pk, detail={"name": name, "prefix": prefix})  # fmt: skip
     return token, plaintext
 
 
@@ -344,6 +351,7 @@ def do_revoke_agent_token(principal: Principal, token_id: int) -> AgentToken:
         if token.revoked_at is None:
             token.revoked_at = timezone.now()
             token.save(update_fields=["revoked_at"])
+            record_audit(principal, "agent_token.revoke", "agent_token", token.pk, detail={"prefix": token.prefix})  # fmt: skip
     return token
 
 
@@ -604,6 +612,7 @@ def do_invite_member(
             membership = do_add_membership(
                 operator_id=principal.operator_id, user=user, role=role, customer_id=customer_id
             )
+            record_audit(principal, "membership.invite", "membership", membership.pk, customer_id=customer_id, detail={"username": username, "role": str(role)})  # fmt: skip
     return membership, _password_link(user)
 
 
@@ -637,6 +646,7 @@ def do_change_member_role(
             return membership
         membership.role, membership.customer_id = new_role, new_customer
         membership.save(update_fields=["role", "customer"])
+        record_audit(principal, "membership.role_change", "membership", membership.pk, customer_id=new_customer, detail={"from": str(old_role), "to": str(new_role)})  # fmt: skip
         if not _covers(new_role, new_customer, old_role, old_customer):
             _revoke_tokens_created_by(principal.operator_id, membership.user_id)
     return membership
@@ -652,6 +662,7 @@ def do_set_member_active(principal: Principal, member_id: int, *, active: bool) 
         if user.is_active != active:
             user.is_active = active
             user.save(update_fields=["is_active"])
+            record_audit(principal, "membership.activate" if active else "membership.deactivate", "membership", membership.pk, customer_id=membership.customer_id)  # fmt: skip
         if not active:
             _revoke_tokens_created_by(principal.operator_id, user.pk)
     return membership

@@ -25,6 +25,7 @@ from tenants import services as tenant_services
 from tenants.context import tenant_context
 from tenants.models import AuditEvent, Customer, Role, TokenScope
 from tenants.testing import TEST_PASSWORD, Tenant, make_tenant
+from tenants.tokens import display_prefix
 
 pytestmark = pytest.mark.django_db
 
@@ -136,7 +137,7 @@ def test_operator_works_an_incident_from_acknowledge_to_resolve(world: World) ->
     support.save()
     token = a.api_token(a.operator_support, scope=TokenScope.READ_WRITE)
     api = bearer(token)
-    prefix = token.split("_")[0] + "_" + token.split("_")[1][:8]
+    prefix = display_prefix(token)
 
     acked = act(api, world.mine, "acknowledge")
     assert acked.status_code == 200, acked.content
@@ -376,3 +377,25 @@ def test_list_and_history_query_counts_do_not_grow_with_rows(world: World) -> No
     assert {r["id"] for r in mine_only["results"]} >= {str(world.mine.public_id)}
     assert str(world.theirs.public_id) not in {r["id"] for r in mine_only["results"]}
     assert customer_few <= many + 1
+
+
+def test_share_link_changes_are_in_the_audit_log(world: World) -> None:
+    api = session(world.a.customer_admin)
+    made = api.post(
+        "/api/v1/share-links/",
+        {"incident": str(world.mine.public_id), "expires_in_s": 3600},
+        format="json",
+    )
+    assert made.status_code == 201, made.content
+    link = made.json()["id"]
+    assert api.delete(f"/api/v1/share-links/{link}/").status_code == 204
+    log = session(world.a.operator_admin).get("/api/v1/audit-log/?action=share_link.").json()
+    assert [(e["action"], e["actor"], e["target_id"]) for e in log["results"]] == [
+        ("share_link.revoke", world.a.customer_admin.username, str(link)),
+        ("share_link.create", world.a.customer_admin.username, str(link)),
+    ]
+    assert log["results"][1]["detail"]["incident"] == str(world.mine.public_id)
+    assert log["results"][1]["customer"] == world.a.customer.pk
+    # The other operator's log has none of it.
+    other = session(world.b.operator_admin).get("/api/v1/audit-log/?action=share_link.").json()
+    assert other["results"] == []
