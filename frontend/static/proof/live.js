@@ -86,7 +86,8 @@
   function addIncidentRow(m) {
     var body = document.querySelector("table.incident-list tbody");
     if (!body) return;
-    var row = body.querySelector('tr[data-incident="' + m.incident + '"]');
+    var known = body.querySelector('a[href="' + m.url + '"]');  // the server's row, or ours
+    var row = known ? known.closest("tr") : null;
     var cells = [badge(m.category), m.family, incidentLink(m), jobLink(m.job)];
     var fresh = el("tr", { "data-testid": "incident-row", "data-incident": m.incident, "class": "live" });
     cells.forEach(function (c) { var td = el("td"); td.appendChild(typeof c === "string" ? document.createTextNode(c) : c); fresh.appendChild(td); });
