@@ -34,7 +34,7 @@ from django.db.models.functions import Cast, Coalesce, NullIf
 from contract import signals
 from contract.rows import SeriesInfo
 from ingest import selectors as ingest_selectors
-from ingest.models import Gpu, Job, JobRank, Process
+from ingest.models import Gpu, Job, JobRank, Node, Process, SeriesRollup
 from investigations.models import Incident, IncidentState, JobActivity, JobGpuUsage
 from investigations.pricing import RealPrice, UsageRow, real_price
 from investigations.selectors import list_prices, real_price_for
@@ -258,10 +258,27 @@ def job_detail(principal: Principal, job: Job) -> JobDetail:
 # At most this many points (buckets, over all the returned series) in one response: ~1 MB of
 # JSON. A request over it is refused naming the resolution that would fit.
 MAX_POINTS = 10_000
-# Raw samples are read for at most this long a range per request: a job's blocks hold every
-# series of its nodes, so the read grows with nodes × range (1 s samples of an 8-GPU node are
-# ~0.9 M values an hour). Longer ranges: several requests.
-MAX_RANGE_S = 6 * 3600.0
+# Raw samples: a node's blocks hold all of that node's series, so a read costs the nodes it
+# touches × its range (1 s samples of an 8-GPU node are ~0.9 M values an hour; measured: 30
+# min of a 2-node, 16-GPU run read and bucketed in 0.3-1.0 s, ~31 MB at its peak). A request
+# may read this many node-seconds: 6 h of one node, 3 h of two, never under RAW_MIN_RANGE_S.
+RAW_NODE_SECONDS = 6 * 3600.0
+RAW_MIN_RANGE_S = 600.0
+# A resolution of whole hours reads the hourly rollups instead (rebuilt every 15 minutes, so
+# the newest hour may lag), over up to this long.
+HOUR_S = 3600.0
+ROLLUP_MAX_RANGE_S = 31 * 86400.0
+# Reused by callers that name the raw limit of a one-node job (the schema's text).
+MAX_RANGE_S = RAW_NODE_SECONDS
+
+
+def raw_range_limit(nodes: int) -> float:
+    """The longest range of raw samples one request may read across `nodes` nodes."""
+    return max(RAW_MIN_RANGE_S, RAW_NODE_SECONDS / max(1, nodes))
+
+
+def uses_rollups(resolution: float | None) -> bool:
+    return resolution is not None and resolution >= HOUR_S and resolution % HOUR_S == 0
 
 
 class SeriesRequestError(ValueError):
@@ -288,6 +305,11 @@ class Buckets:
         return len(self.start)
 
 
+def no_buckets() -> Buckets:
+    empty = np.zeros(0)
+    return Buckets(empty, empty, empty, empty, np.zeros(0, dtype=np.int64))
+
+
 def bucket_stats(ts: np.ndarray, values: np.ndarray, start: float, resolution: float) -> Buckets:
     """Samples (ts seconds, values) cut into buckets of `resolution` seconds from `start`:
     per non-empty bucket the mean, min, max and count of its finite samples. Vectorised: one
@@ -298,8 +320,7 @@ def bucket_stats(ts: np.ndarray, values: np.ndarray, start: float, resolution: f
     keep = np.isfinite(values) & (ts >= start)
     ts, values = ts[keep], values[keep]
     if not len(ts):
-        empty = np.zeros(0)
-        return Buckets(empty, empty, empty, empty, np.zeros(0, dtype=np.int64))
+        return no_buckets()
     index = np.floor((ts - start) / resolution).astype(np.int64)
     if len(index) > 1 and np.any(np.diff(index) < 0):
         order = np.argsort(index, kind="stable")
@@ -331,6 +352,7 @@ class JobSignal:
     end: float
     resolution: float
     series: list[SignalSeries]
+    source: str = "raw samples"  # or "hourly rollups"
 
     @property
     def points(self) -> int:
@@ -343,12 +365,44 @@ def buckets_per_series(start: float, end: float, resolution: float) -> int:
 
 def smallest_resolution(start: float, end: float, series: int) -> float:
     """The smallest whole number of seconds (at least 1) whose buckets over [start, end] for
-    `series` series stay within MAX_POINTS."""
-    per_series = max(1, MAX_POINTS // max(1, series))
-    seconds = max(1.0, math.ceil((end - start) / max(1, per_series - 1)))
-    while buckets_per_series(start, end, seconds) * series > MAX_POINTS:
+    `series` series (at most MAX_POINTS of them) stay within MAX_POINTS."""
+    per_series = MAX_POINTS // max(1, series)
+    if per_series <= 1:  # one bucket a series: any resolution covering the range
+        return float(max(1, math.floor(end - start) + 1))
+    # floor(R / s) + 1 <= per_series  <=>  s >= R / (per_series - 1)
+    seconds = max(1.0, float(math.ceil((end - start) / (per_series - 1))))
+    while buckets_per_series(start, end, seconds) * series > MAX_POINTS:  # float rounding
         seconds += 1.0
     return seconds
+
+
+def rollup_buckets(
+    hour_ms: np.ndarray,
+    count: np.ndarray,
+    low: np.ndarray,
+    high: np.ndarray,
+    total: np.ndarray,
+    start: float,
+    resolution: float,
+) -> Buckets:
+    """Hourly rollup rows of one series (bucket start in ms, count, min, max, sum) merged into
+    buckets of `resolution` seconds (whole hours) from `start` (an hour's start)."""
+    keep = count > 0
+    hour_ms, count, low, high, total = (a[keep] for a in (hour_ms, count, low, high, total))
+    if not len(hour_ms):
+        return no_buckets()
+    order = np.argsort(hour_ms, kind="stable")
+    hour_ms, count, low, high, total = (a[order] for a in (hour_ms, count, low, high, total))
+    index = np.floor((hour_ms / 1000.0 - start) / resolution).astype(np.int64)
+    first = np.flatnonzero(np.concatenate(([True], index[1:] != index[:-1])))
+    counts = np.add.reduceat(count.astype(np.int64), first)
+    return Buckets(
+        start=start + index[first] * resolution,
+        mean=np.add.reduceat(total.astype(np.float64), first) / counts,
+        min=np.minimum.reduceat(low.astype(np.float64), first),
+        max=np.maximum.reduceat(high.astype(np.float64), first),
+        count=counts,
+    )
 
 
 def job_signal(
@@ -364,8 +418,9 @@ def job_signal(
 ) -> JobSignal:
     """`signal` of a job the principal may see (its caller found it through the principal's
     scope), per series — one per rank or GPU (and label set) — narrowed to `rank` and/or `gpu`,
-    over [start, end] (default: the job's last MAX_RANGE_S of data), in buckets of
-    `resolution` seconds (default: the finest within MAX_POINTS). SeriesRequestError names
+    over [start, end] (default: the newest data that a raw read may cover, `raw_range_limit`),
+    in buckets of `resolution` seconds (default: the finest within MAX_POINTS); a resolution
+    of whole hours reads the hourly rollups, over up to ROLLUP_MAX_RANGE_S. SeriesRequestError names
     the parameter it cannot use. The series are the job's own and the GPU-scope series of
     the GPUs its ranks ran on (ingest.selectors.job_series_catalog)."""
     op = principal.operator_id
@@ -398,7 +453,18 @@ def job_signal(
             f"job {job.job_id} has no {signal} series on GPU {gpu!r}"
             + (f"; its GPUs with it: {', '.join(gpus)}" if gpus else ""),
         )
-    t0, t1 = _range(op, job, start, end)
+    if len(chosen) > MAX_POINTS:
+        raise SeriesRequestError(
+            "rank", f"{len(chosen)} series of {signal}: narrow them with rank or gpu"
+        )
+    rollups = uses_rollups(resolution)
+    node_ids = catalog.node_ids
+    if not rollups:
+        node_ids = _nodes_holding(op, [info for info, _r in chosen.values()], catalog.node_ids)
+    limit = ROLLUP_MAX_RANGE_S if rollups else raw_range_limit(len(node_ids))
+    t0, t1 = _range(op, job, start, end, limit, rollups)
+    if rollups:
+        t0 = math.floor(t0 / HOUR_S) * HOUR_S  # the rollups' buckets are whole hours
     count = max(1, len(chosen))
     if resolution is None:
         resolution = smallest_resolution(t0, t1, count)
@@ -408,32 +474,85 @@ def job_signal(
             f"{resolution:g} s over {t1 - t0:g} s of {count} series is more than "
             f"{MAX_POINTS} points; use at least {smallest_resolution(t0, t1, count):g}",
         )
-    read = ingest_selectors.catalog_samples(
-        op,
-        ingest_selectors.SeriesCatalog({sid: v[0] for sid, v in chosen.items()}, catalog.node_ids),
-        t0,
-        t1,
-    )
-    rank_by_info = {info: r for info, r in chosen.values()}
-    series = [
-        SignalSeries(d.info, rank_by_info.get(d.info), bucket_stats(d.ts, d.values, t0, resolution))
-        for d in read
-    ]
+    if rollups:
+        buckets = _rollup_read(op, list(chosen), t0, t1, resolution)
+        series = [
+            SignalSeries(info, r, buckets.get(sid) or no_buckets())
+            for sid, (info, r) in chosen.items()
+        ]
+    else:
+        read = ingest_selectors.catalog_samples(
+            op,
+            ingest_selectors.SeriesCatalog({sid: v[0] for sid, v in chosen.items()}, node_ids),
+            t0,
+            t1,
+        )
+        rank_by_info = {info: r for info, r in chosen.values()}
+        series = [
+            SignalSeries(
+                d.info, rank_by_info.get(d.info), bucket_stats(d.ts, d.values, t0, resolution)
+            )
+            for d in read
+        ]
     series.sort(key=lambda s: (s.rank is None, s.rank or 0, s.info.gpu, s.info.labels))
     spec = signals.spec_for(signal)
-    return JobSignal(signal, spec.unit if spec else "", t0, t1, resolution, series)
+    source = "hourly rollups" if rollups else "raw samples"
+    return JobSignal(signal, spec.unit if spec else "", t0, t1, resolution, series, source)
 
 
-def _range(op: int, job: Job, start: float | None, end: float | None) -> tuple[float, float]:
+def _nodes_holding(op: int, infos: list[SeriesInfo], node_ids: frozenset[int]) -> frozenset[int]:
+    """Of the job's nodes, those whose blocks hold these series (one query): a rank's series
+    need one node's blocks, not the whole job's."""
+    hostnames = {info.node for info in infos}
+    if not infos or "" in hostnames:
+        return node_ids
+    return frozenset(
+        int(pk)
+        for pk in Node.objects.for_tenant(op)
+        .filter(pk__in=list(node_ids), hostname__in=sorted(hostnames))
+        .values_list("pk", flat=True)
+    )
+
+
+def _rollup_read(
+    op: int, series_ids: list[int], t0: float, t1: float, resolution: float
+) -> dict[int, Buckets]:
+    """The series' hourly rollups over [t0, t1] merged per bucket (one query)."""
+    rows = np.array(
+        list(
+            SeriesRollup.objects.for_tenant(op)
+            .filter(
+                series_id__in=series_ids,
+                bucket_start_ms__gte=int(t0 * 1000),
+                bucket_start_ms__lte=int(t1 * 1000),
+            )
+            .values_list("series_id", "bucket_start_ms", "count", "min", "max", "sum")
+        ),
+        dtype=np.float64,
+    ).reshape(-1, 6)
+    out = {}
+    for sid in np.unique(rows[:, 0]).astype(np.int64).tolist():
+        r = rows[rows[:, 0] == sid]
+        out[int(sid)] = rollup_buckets(r[:, 1], r[:, 2], r[:, 3], r[:, 4], r[:, 5], t0, resolution)
+    return out
+
+
+def _range(
+    op: int, job: Job, start: float | None, end: float | None, limit: float, rollups: bool
+) -> tuple[float, float]:
     span = job_data_span(op, job) or (job.first_seen_at.timestamp(), job.last_seen_at.timestamp())
     t1 = end if end is not None else float(span[1])
-    t0 = start if start is not None else max(float(span[0]), t1 - MAX_RANGE_S)
+    t0 = start if start is not None else max(float(span[0]), t1 - limit)
     if t1 <= t0:
         raise SeriesRequestError("end", f"must be after start ({t0:.3f}), not {t1:.3f}")
-    if t1 - t0 > MAX_RANGE_S:
+    if t1 - t0 > limit:
+        hint = (
+            "several requests"
+            if rollups
+            else "several requests, or a resolution of whole hours (3600, 7200, ...) to read "
+            f"the hourly rollups over up to {ROLLUP_MAX_RANGE_S / 86400:g} days"
+        )
         raise SeriesRequestError(
-            "start",
-            f"at most {MAX_RANGE_S / 3600:g} h before end; ask for {t1 - t0:g} s in several "
-            "requests",
+            "start", f"at most {limit:g} s before end here, not {t1 - t0:g} s; use {hint}"
         )
     return t0, t1

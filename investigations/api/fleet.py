@@ -35,6 +35,7 @@ from investigations.api.fleet_serializers import (
 from investigations.models import Incident
 from tenants.api.base import TenantScopedMixin, TenantScopedReadOnlyViewSet
 from tenants.api.permissions import IsOperatorPrincipal
+from tenants.api.schema import ProofAutoSchema
 
 _NODE_EXAMPLE = {
     "hostname": "gpu-node-01",
@@ -137,7 +138,7 @@ class NodeViewSet(TenantScopedReadOnlyViewSet):
     serializer_class = NodeSerializer
     permission_classes = [IsOperatorPrincipal]
     lookup_field = "hostname"
-    lookup_value_regex = "[^/]+"
+    lookup_value_regex = r"[^/\x00]+"  # no NUL: PostgreSQL refuses it in a query
     cursor_ordering = ("hostname",)
 
     def scope_queryset(self, queryset: QuerySet[Any]) -> QuerySet[Any]:
@@ -192,7 +193,7 @@ class GpuViewSet(TenantScopedReadOnlyViewSet):
     serializer_class = GpuSerializer
     permission_classes = [IsOperatorPrincipal]
     lookup_field = "uuid"
-    lookup_value_regex = "[^/]+"
+    lookup_value_regex = r"[^/\x00]+"  # no NUL: PostgreSQL refuses it in a query
     cursor_ordering = ("uuid",)
 
     def scope_queryset(self, queryset: QuerySet[Any]) -> QuerySet[Any]:
@@ -291,7 +292,16 @@ def _gpu_fields(gpu: selectors_health.AtRiskGpu) -> dict[str, Any]:
     }
 
 
+class _OneObjectSchema(ProofAutoSchema):
+    """The fleet-health view answers one object (the ranking and its summary) at its list
+    route: described as that object, not as an array of them."""
+
+    def _is_list_view(self, serializer: Any = None) -> bool:
+        return False
+
+
 class FleetHealthViewSet(TenantScopedMixin, viewsets.GenericViewSet):  # type: ignore[type-arg]
+    schema = _OneObjectSchema()
     model = Incident
     route = "fleet-health"
     permission_classes = [IsOperatorPrincipal]
@@ -309,6 +319,7 @@ class FleetHealthViewSet(TenantScopedMixin, viewsets.GenericViewSet):  # type: i
             "`page` (25 GPUs). Operator roles only."
         ),
         parameters=[FleetHealthQuery],
+        responses=FleetHealthSerializer,
         examples=[OpenApiExample("One degrading GPU", value=_HEALTH_EXAMPLE, response_only=True)],
     )
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:

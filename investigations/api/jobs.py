@@ -81,6 +81,7 @@ _SERIES_EXAMPLE = {
     "start": 1764672600.0,
     "end": 1764673200.0,
     "resolution": 60.0,
+    "data_source": "raw samples",
     "points": 2,
     "series": [
         {
@@ -178,8 +179,9 @@ class JobViewSet(TenantScopedReadOnlyViewSet):
     route = "jobs"
     serializer_class = JobSerializer
     lookup_field = "job_id"
-    # Scheduler ids may hold dots (torchrun run ids, pod names): anything but a slash.
-    lookup_value_regex = "[^/]+"
+    # Scheduler ids may hold dots (torchrun run ids, pod names): anything but a slash (or a
+    # NUL, which no stored id holds and PostgreSQL refuses in a query).
+    lookup_value_regex = r"[^/\x00]+"
 
     @property
     def cursor_ordering(self) -> tuple[str, ...]:
@@ -215,7 +217,9 @@ class JobViewSet(TenantScopedReadOnlyViewSet):
 
     def _customer_named(self, name: str) -> Customer:
         customers = Customer.objects.for_tenant(self.principal)
-        lookup = {"pk": int(name)} if name.isdigit() else {"slug": name}
+        # A numeric id (ASCII digits, within a bigint) or a slug.
+        numeric = name.isascii() and name.isdigit() and len(name) <= 18
+        lookup = {"pk": int(name)} if numeric else {"slug": name}
         customer = customers.filter(**lookup).first()
         if customer is None:
             raise ValidationError({"customer": [f"no customer {name!r} here"]})
@@ -265,12 +269,14 @@ class JobViewSet(TenantScopedReadOnlyViewSet):
         summary="A signal of a job",
         description=(
             "Any signal the job stored (its own series, and the GPU-scope series of the GPUs "
-            "its ranks ran on), one series per rank/GPU/label set, over [start, end] (at most "
-            "6 h; default the newest 6 h of its data), downsampled to buckets of `resolution` "
-            "seconds: per bucket holding samples its start, mean, min, max and count. At most "
-            "10,000 points a response: a finer resolution is a 400 naming `resolution` and the "
-            "finest that fits. An unknown signal is a 400 naming `signal` and listing the "
-            "job's signals."
+            "its ranks ran on), one series per rank/GPU/label set, downsampled to buckets of "
+            "`resolution` seconds: per bucket holding samples its start, mean, min, max and "
+            "count. Raw samples are read over at most 6 node-hours of the nodes holding the "
+            "series (6 h of one node, 3 h of two, never under 10 min; default: the newest "
+            "that much); a resolution of whole hours reads the hourly rollups over up to 31 "
+            "days. At most 10,000 points a response: a finer resolution is a 400 naming "
+            "`resolution` and the finest that fits. An unknown signal is a 400 naming "
+            "`signal` and listing the job's signals."
         ),
         parameters=[JobSeriesQuery],
         responses=JobSeriesSerializer,
@@ -300,6 +306,7 @@ class JobViewSet(TenantScopedReadOnlyViewSet):
             "start": round(read.start, 3),
             "end": round(read.end, 3),
             "resolution": read.resolution,
+            "data_source": read.source,
             "points": read.points,
             "series": [
                 {

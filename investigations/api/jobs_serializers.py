@@ -21,6 +21,8 @@ JOB_ORDERINGS = {
     "job": "job_id",
 }
 DEFAULT_JOB_ORDERING = "-started"
+# The last second of year 9999: any later time cannot be a datetime, so it is bad input.
+LATEST_TIMESTAMP = 253_402_300_799.0
 
 
 @extend_schema_field(
@@ -36,7 +38,10 @@ class TimestampField(serializers.Field):  # type: ignore[type-arg]
     (`2026-01-01T00:00:00Z`); read as float seconds."""
 
     default_error_messages = {
-        "invalid": "seconds since the epoch or an ISO 8601 time with a zone, not {value!r}",
+        "invalid": (
+            "seconds since the epoch (up to the year 9999) or an ISO 8601 time with a zone, "
+            "not {value!r}"
+        ),
     }
 
     def to_internal_value(self, data: Any) -> float:
@@ -50,8 +55,14 @@ class TimestampField(serializers.Field):  # type: ignore[type-arg]
                 self.fail("invalid", value=text)
             if parsed.tzinfo is None:
                 self.fail("invalid", value=text)
-            return parsed.astimezone(UTC).timestamp()
-        if not math.isfinite(value) or value < 0:
+            try:
+                seconds = parsed.astimezone(UTC).timestamp()
+            except (OverflowError, ValueError):  # year 1 or 9999 pushed past the range
+                self.fail("invalid", value=text)
+            if not 0 <= seconds <= LATEST_TIMESTAMP:
+                self.fail("invalid", value=text)
+            return seconds
+        if not math.isfinite(value) or not 0 <= value <= LATEST_TIMESTAMP:
             self.fail("invalid", value=text)
         return value
 
@@ -105,7 +116,10 @@ class JobSeriesQuery(serializers.Serializer[dict[str, Any]]):
         required=False,
         min_value=0.001,
         max_value=86400.0,
-        help_text="bucket width in seconds (default: the finest within 10,000 points)",
+        help_text=(
+            "bucket width in seconds (default: the finest within 10,000 points); whole hours "
+            "(3600, 7200, ...) read the hourly rollups"
+        ),
     )
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
@@ -207,5 +221,9 @@ class JobSeriesSerializer(serializers.Serializer[dict[str, Any]]):
     start = serializers.FloatField()
     end = serializers.FloatField()
     resolution = serializers.FloatField()
+    data_source = serializers.ChoiceField(
+        choices=["raw samples", "hourly rollups"],
+        help_text="hourly rollups when the resolution is whole hours",
+    )
     points = serializers.IntegerField(help_text="buckets returned, over all series")
     series = SignalSeriesSerializer(many=True)

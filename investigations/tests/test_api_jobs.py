@@ -7,6 +7,7 @@ grow with the jobs listed."""
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -19,11 +20,12 @@ from rest_framework.test import APIClient
 
 from contract import signals
 from ingest import selectors as ingest_selectors
+from ingest import services as ingest_services
 from ingest.models import Job
 from investigations import services as inv_services
 from investigations import window_cache
 from investigations.selectors import real_price_for
-from investigations.selectors_jobs import MAX_POINTS, bucket_stats
+from investigations.selectors_jobs import MAX_POINTS, bucket_stats, rollup_buckets
 from investigations.tests.live_helpers import GPU_MODEL, job_pk, store_gpu_job, store_sim
 from tenants import services as tenant_services
 from tenants.context import tenant_context
@@ -270,6 +272,33 @@ def test_series_is_the_raw_samples_downsampled_per_bucket(world: World) -> None:
     assert 0 < finest["points"] <= MAX_POINTS and finest["resolution"] >= 1
 
 
+def test_series_of_whole_hours_reads_the_hourly_rollups(world: World) -> None:
+    a = world.a
+    op = a.operator.pk
+    hour = int(time.time() * 1000) // 3_600_000 * 3_600_000
+    for back in range(2):  # as the ingest-rollups task builds them
+        ingest_services.build_rollups(op, hour - back * 3_600_000)
+    client = _client(a.api_token(a.operator_admin))
+    job = client.get(f"/api/v1/jobs/{world.mine}/").json()
+    rank2_gpu = next(r["gpu"] for r in job["ranks"] if r["rank"] == 2)
+    end = job["data_end"]
+    start = end - 7 * 3600  # longer than a raw read may cover
+    url = f"/api/v1/jobs/{world.mine}/series/?signal={POWER}&gpu={rank2_gpu}&end={end}"
+    assert "start" in client.get(f"{url}&start={start}&resolution=60").json()["error"]["fields"]
+    response = client.get(f"{url}&start={start}&resolution=3600")
+    assert response.status_code == 200, response.content
+    body = response.json()
+    assert body["data_source"] == "hourly rollups" and body["start"] % 3600 == 0
+    [series] = body["series"]
+    # The same buckets as the raw samples cut into those hours.
+    raw = _raw(op, world.mine, rank2_gpu, body["start"], end)
+    expected = bucket_stats(raw.ts, raw.values, body["start"], 3600.0)
+    assert series["t"] == expected.start.tolist()
+    assert series["count"] == expected.count.tolist()
+    assert series["mean"] == pytest.approx(expected.mean.tolist())
+    assert series["min"] == expected.min.tolist() and series["max"] == expected.max.tolist()
+
+
 def test_series_bad_parameters_are_400_naming_them(world: World) -> None:
     a = world.a
     client = _client(a.api_token(a.operator_admin))
@@ -306,6 +335,23 @@ def test_bucket_stats_unit() -> None:
     assert out.count.tolist() == [2, 2, 1]
     shuffled = bucket_stats(ts[::-1], values[::-1], 0.0, 1.0)  # out of order: same buckets
     assert shuffled.mean.tolist() == [2.0, 2.0, 4.0] and shuffled.count.tolist() == [2, 2, 1]
+
+
+def test_rollup_buckets_unit() -> None:
+    hour_ms = np.array([7_200_000, 0, 3_600_000, 10_800_000], dtype=np.float64)
+    out = rollup_buckets(
+        hour_ms,
+        count=np.array([2, 1, 3, 0]),
+        low=np.array([1.0, 5.0, 2.0, 0.0]),
+        high=np.array([9.0, 5.0, 4.0, 0.0]),
+        total=np.array([10.0, 5.0, 9.0, 0.0]),
+        start=0.0,
+        resolution=7200.0,
+    )
+    # Hours 0 and 1 merge; hour 2 alone; hour 3 (no samples) is dropped.
+    assert out.start.tolist() == [0.0, 7200.0] and out.count.tolist() == [4, 2]
+    assert out.mean.tolist() == [3.5, 5.0]
+    assert out.min.tolist() == [2.0, 1.0] and out.max.tolist() == [5.0, 9.0]
 
 
 # --- queries -----------------------------------------------------------------------------------
