@@ -1,8 +1,9 @@
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime, time, timedelta
 from decimal import Decimal
-from typing import Any
+from typing import Any, TypeVar
 
 from django.utils.dateparse import parse_date, parse_datetime
 from rest_framework import serializers
@@ -169,6 +170,16 @@ class GpuListPriceWriteSerializer(serializers.Serializer[dict[str, Any]]):
 # The longest period one request may ask for: it aggregates usage rows, not samples, so this
 # bounds nothing expensive; it catches a typo'd year (as the console's /price/ does).
 MAX_PERIOD_DAYS = 366
+_T = TypeVar("_T")
+
+
+def _parse(parser: Callable[[str], _T | None], text: str) -> _T | None:
+    """A Django date parser's result, None for text it cannot read (it raises on a date that
+    does not exist: 2026-02-30)."""
+    try:
+        return parser(text)
+    except ValueError:
+        return None
 
 
 class PeriodBoundField(serializers.Field):  # type: ignore[type-arg]
@@ -182,16 +193,15 @@ class PeriodBoundField(serializers.Field):  # type: ignore[type-arg]
 
     def to_internal_value(self, data: Any) -> datetime:
         text = str(data).strip()
-        try:
-            moment = parse_datetime(text)
-            day = None if moment is not None else parse_date(text)
-        except ValueError:
-            moment, day = None, None
-        if moment is not None:
-            return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+        # A date first: Python's fromisoformat (under parse_datetime) reads a bare date as its
+        # midnight, which would make `end=2026-12-01` exclude the day it names.
+        day = _parse(parse_date, text)
         if day is not None:
             midnight = datetime.combine(day, time(), UTC)
             return midnight + timedelta(days=1) if self.end_of_day else midnight
+        moment = _parse(parse_datetime, text)
+        if moment is not None:
+            return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
         raise serializers.ValidationError(
             f"not an ISO 8601 date or date-time: {text!r} (e.g. 2026-12-01 or 2026-12-01T08:00:00Z)"
         )
