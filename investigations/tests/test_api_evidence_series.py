@@ -70,11 +70,12 @@ def test_a_customer_sees_its_own_job_clipped_to_its_data_and_nothing_else(world:
     viewer = session(world.a.customer_viewer)
     response = _series(viewer, world.mine)
     assert response.status_code == 200
-    op = world.a.operator.pk
+    op, job = world.a.operator.pk, world.mine.job_id
+    assert job is not None
     with tenant_context(op):
         first, last = (
             JobActivity.objects.for_tenant(op)
-            .filter(job_id=world.mine.job_id)
+            .filter(job_id=job)
             .values_list("first_data_ts", "last_data_ts")
             .get()
         )
