@@ -280,6 +280,7 @@ SPECTACULAR_SETTINGS = {
         "TokenScopeInputEnum": "tenants.api.serializers.TOKEN_SCOPE_INPUT_CHOICES",
         "ChannelKindEnum": "notify.models.ChannelKind",
         "DeliveryKindEnum": "notify.models.DeliveryKind",
+        "IncidentStateEnum": "investigations.models.IncidentState",
     },
 }
 

@@ -6,6 +6,7 @@ from decimal import Decimal
 from typing import Any, TypeVar
 
 from django.utils.dateparse import parse_date, parse_datetime
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from investigations.incident_actions import COMMENT_MAX, NOTE_MAX, REASON_MAX, TICKET_ID_MAX
@@ -182,6 +183,7 @@ def _parse(parser: Callable[[str], _T | None], text: str) -> _T | None:
         return None
 
 
+@extend_schema_field({"type": "string", "description": "ISO 8601 date (2026-12-01) or date-time"})
 class PeriodBoundField(serializers.Field):  # type: ignore[type-arg]
     """An ISO 8601 date-time (UTC when it has no offset) or date. A date is the start of that
     day for `start` and the end of it for `end` (whole days inclusive, as the console's
