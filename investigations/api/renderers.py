@@ -9,7 +9,8 @@ node, interval, value — observed against its baseline); what was checked and c
 link to the verdict page. Times are UTC (ISO 8601, to the second): a ticket is read by people
 in other time zones. Markdown table cells escape `|` so a note never breaks the table.
 
-An error answered in one of these formats is rendered as its one message line.
+Errors are never rendered here: the verdict view answers them in the API's one JSON shape
+whatever the format asked (a line of text stands in should one reach a renderer anyway).
 """
 
 from __future__ import annotations
@@ -230,6 +231,10 @@ class _VerdictRenderer(BaseRenderer):
         if status_code >= 400:
             return _error_line(data, status_code).encode(self.charset)
         text = self.separator.join(self.one(v) for v in _verdicts(data))
+        following = data.get("next") if isinstance(data, Mapping) else None
+        if following:
+            # A page of the list: where the rest is, as the JSON's `next` says.
+            text += f"{self.separator}Next page: {following}\n"
         return text.encode(self.charset)
 
 

@@ -514,6 +514,17 @@ class VerdictViewSet(TenantScopedReadOnlyViewSet):
     def scope_queryset(self, queryset: QuerySet[Any]) -> QuerySet[Any]:
         return _filter_incidents(queryset, self.request.query_params)
 
+    def finalize_response(
+        self, request: Request, response: Any, *args: Any, **kwargs: Any
+    ) -> Response:
+        finalized = super().finalize_response(request, response, *args, **kwargs)
+        if isinstance(finalized, Response) and finalized.status_code >= 400:
+            # Errors keep the API's one JSON shape whatever format was asked for: a ticket
+            # tool reads the error the same way from every endpoint.
+            finalized.accepted_renderer = JSONRenderer()
+            finalized.accepted_media_type = JSONRenderer.media_type
+        return finalized
+
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         page = self.paginate_queryset(self.get_queryset())
         rows = page if page is not None else list(self.get_queryset())

@@ -116,8 +116,10 @@ def test_other_tenants_and_customers_get_404_in_every_format(world: World) -> No
             response = _get(client, world.mine, fmt)
             assert response.status_code == 404, (fmt, response.content)
             assert world.mine.verdict["title"] not in response.content.decode()
+    # Errors keep the API's one JSON shape, whatever format was asked for.
     refused = _get(outsiders[0], world.mine, "markdown")
-    assert refused.content.decode() == "Error 404: Not found.\n"
+    assert refused["Content-Type"] == "application/json"
+    assert refused.json()["error"] == {"status": 404, "code": "not_found", "message": "Not found."}
     # The customer's own: yes.
     own = _get(session(world.a.customer_viewer), world.mine, "markdown")
     assert own.status_code == 200 and world.mine.verdict["title"] in own.content.decode()
@@ -141,3 +143,6 @@ def test_verdict_list_in_markdown_and_its_query_count(world: World) -> None:
         more = api.get("/api/v1/verdicts/?format=markdown")
     assert _titles(more.content.decode()) == _titles(text) + 1
     assert len(many.captured_queries) == len(few.captured_queries)
+    # A page of one says where the next is.
+    paged = api.get("/api/v1/verdicts/?format=text&page_size=1").content.decode()
+    assert "Next page: http://testserver/api/v1/verdicts/?" in paged and "cursor=" in paged
