@@ -144,7 +144,7 @@ class NodeViewSet(TenantScopedReadOnlyViewSet):
     def scope_queryset(self, queryset: QuerySet[Any]) -> QuerySet[Any]:
         self._cutoff = selectors_fleet.reporting_cutoff()
         if self.action == "list":
-            query = self.validated(NodeListQuery, self.request.query_params)
+            query = self.validated(NodeListQuery, self.request.query_params.dict())
             queryset = selectors_fleet.filter_nodes(
                 queryset, state=query.get("state"), model=query.get("model"), cutoff=self._cutoff
             )
@@ -199,7 +199,7 @@ class GpuViewSet(TenantScopedReadOnlyViewSet):
     def scope_queryset(self, queryset: QuerySet[Any]) -> QuerySet[Any]:
         self._cutoff = selectors_fleet.reporting_cutoff()
         if self.action == "list":
-            query = self.validated(GpuListQuery, self.request.query_params)
+            query = self.validated(GpuListQuery, self.request.query_params.dict())
             queryset = selectors_fleet.filter_gpus(
                 queryset,
                 self.principal,
@@ -323,7 +323,7 @@ class FleetHealthViewSet(TenantScopedMixin, viewsets.GenericViewSet):  # type: i
         examples=[OpenApiExample("One degrading GPU", value=_HEALTH_EXAMPLE, response_only=True)],
     )
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        query = self.validated(FleetHealthQuery, request.query_params)
+        query = self.validated(FleetHealthQuery, request.query_params.dict())
         data = selectors_health.health_page(self.principal, days=query["days"], page=query["page"])
         body = {
             "summary": asdict(data.summary),

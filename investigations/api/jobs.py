@@ -194,7 +194,7 @@ class JobViewSet(TenantScopedReadOnlyViewSet):
         queryset = queryset.select_related("customer")
         if self.action != "list":
             return queryset
-        query = self.validated(JobListQuery, self.request.query_params)
+        query = self.validated(JobListQuery, self.request.query_params.dict())
         self._ordering = str(query["ordering"])
         op = self.principal.operator_id
         if "state" in query:
@@ -284,8 +284,9 @@ class JobViewSet(TenantScopedReadOnlyViewSet):
     )
     @action(detail=True, methods=["get"], pagination_class=None)
     def series(self, request: Request, job_id: str | None = None) -> Response:
-        query = self.validated(JobSeriesQuery, request.query_params)
+        # The job first: another tenant's job is a 404 whatever the parameters.
         job = self.get_object()
+        query = self.validated(JobSeriesQuery, request.query_params.dict())
         try:
             read = selectors_jobs.job_signal(
                 self.principal,

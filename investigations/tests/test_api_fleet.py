@@ -227,6 +227,8 @@ def test_customers_are_refused_and_another_operator_sees_none_of_them(world: Wor
         ("/api/v1/gpus/?health=bad", "health"),
         ("/api/v1/gpus/?page_size=501", "page_size"),
         ("/api/v1/fleet-health/?days=0", "days"),
+        ("/api/v1/fleet-health/?days=", "days"),
+        ("/api/v1/nodes/?model=", "model"),
         ("/api/v1/fleet-health/?days=15", "days"),
         ("/api/v1/fleet-health/?page=x", "page"),
     ],

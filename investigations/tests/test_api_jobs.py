@@ -161,6 +161,9 @@ def test_customer_sees_only_its_own_jobs_and_another_operator_none(world: World)
     assert _job_ids(other.get("/api/v1/jobs/").json()) == [world.b_job]
     assert other.get(f"/api/v1/jobs/{world.theirs}/").status_code == 404
     assert other.get(f"/api/v1/jobs/{world.theirs}/series/?signal={POWER}").status_code == 404
+    # A foreign job is a 404 before its parameters are looked at.
+    assert other.get(f"/api/v1/jobs/{world.theirs}/series/").status_code == 404
+    assert customer.get(f"/api/v1/jobs/{world.theirs}/series/?rank=x").status_code == 404
     b_customer = _session(b.customer_viewer)
     assert _job_ids(b_customer.get("/api/v1/jobs/").json()) == []
 
@@ -202,6 +205,8 @@ def test_filters_and_ordering(world: World) -> None:
     ("query", "name"),
     [
         ("state=sleeping", "state"),
+        ("state=", "state"),  # empty is not "no filter": the schema says what a value is
+        ("q=", "q"),
         ("kind=batch", "kind"),
         ("ordering=price", "ordering"),
         ("since=yesterday", "since"),
