@@ -53,6 +53,7 @@ from investigations.api.serializers import (
 from investigations.models import GpuListPrice, Incident, IncidentEvent, IncidentTicket, JobGpuUsage
 from tenants.access import get_object_for_tenant
 from tenants.api.base import TenantScopedReadOnlyViewSet, TenantScopedViewSet
+from tenants.api.errors import ErrorSerializer
 from tenants.api.permissions import HasPrincipal, IsOperatorAdminPrincipal, IsOperatorPrincipal
 from tenants.models import Customer
 
@@ -99,7 +100,8 @@ _EVENT_EXAMPLE = {
     "payload": {"reason": "node drained, GPU replaced", "note": "RMA 7781"},
 }
 _CONFLICT = OpenApiResponse(
-    description="The incident's state does not allow it (the message names the state)."
+    ErrorSerializer,
+    description="The incident's state does not allow it (the message names the state).",
 )
 
 

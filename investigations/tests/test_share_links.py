@@ -172,7 +172,7 @@ def test_expiry_is_honoured(world: World, monkeypatch: pytest.MonkeyPatch) -> No
     anonymous = Client()
     assert anonymous.get(_path(body["url"])).status_code == 200
     later = timezone.now() + timedelta(seconds=61)
-    monkeypatch.setattr("investigations.services.timezone.now", lambda: later)
+    monkeypatch.setattr("investigations.share_link_services.timezone.now", lambda: later)
     response = anonymous.get(_path(body["url"]))
     assert response.status_code == 410
     assert "expired" in response.content.decode()
