@@ -273,3 +273,34 @@ def test_list_query_counts_do_not_grow_with_rows(
     many, rows = _queries(client, url)
     assert rows == 6 * per_node
     assert many == few == pinned[connection.vendor]
+
+
+def test_fleet_health_query_count_does_not_grow_with_gpus_at_risk() -> None:
+    a = make_tenant("fleet-health-count")
+    op = a.operator.pk
+    _register(op, "h-0", ["GPU-h0-0", "GPU-h0-1", "GPU-h0-2", "GPU-h0-3"])
+    _degrading(op, "GPU-h0-0")
+    client = _client(a.api_token(a.operator_admin))
+
+    def counted() -> tuple[int, int]:
+        with CaptureQueriesContext(connection) as captured:
+            response = client.get("/api/v1/fleet-health/")
+        assert response.status_code == 200
+        return len(captured), len(response.json()["gpus"])
+
+    counted()
+    few, rows = counted()
+    assert rows == 1
+    for gpu in ("GPU-h0-1", "GPU-h0-2", "GPU-h0-3"):
+        _degrading(op, gpu, signs=3)
+    many, rows = counted()
+    assert rows == 4
+    assert many == few == HEALTH_QUERIES[connection.vendor]
+
+
+# The request's own statements (8 on PostgreSQL, 5 on SQLite), the selector's tenant context
+# (a savepoint and its release, and on PostgreSQL the settings set and restored: 4, or 2), then
+# the summary, the page's GPUs ranked, where they are, the jobs holding them and their
+# incidents: 5, whatever the page holds (the rollups and events of cited counters would add one
+# query each; these verdicts cite none).
+HEALTH_QUERIES = {"postgresql": 17, "sqlite": 12}
