@@ -131,7 +131,8 @@ def _send(note: Notification) -> None:
 
 def record_resolved(incident: Incident) -> None:
     """Announce an incident's resolve inside the caller's transaction (paging resolves its
-    alert). No claim row: a resolve happens once per incident (it never reopens)."""
+    alert). No claim row: an incident resolves once, unless a person reopens it
+    (investigations/incident_actions.py), and each resolve then closes the alert again."""
     job = incident.job
     verdict = incident.verdict
     _send_in_transaction(
