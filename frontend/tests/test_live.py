@@ -304,6 +304,44 @@ def test_job_state_changes_reach_operator_and_the_jobs_customer(world: World) ->
     run(scenario)
 
 
+def test_a_job_ending_by_its_ranks_exiting_is_announced(world: World) -> None:
+    """No job record says the end of a torchrun job: the last rank's exit does (ingest's
+    _end_job_when_every_rank_exited), and that change is announced too."""
+    now = time.time()
+    ranks = [
+        {
+            "type": "process",
+            "ts": now - 9,
+            "node": "node-a",
+            "pid": 700 + rank,
+            "job": "acme-9",
+            "rank": rank,
+            "local_rank": rank,
+            "world_size": 2,
+            "cmd": ["python", "-m", "train"],
+        }
+        for rank in range(2)
+    ]
+
+    def exit_of(pid: int, code: int) -> list[dict[str, Any]]:
+        return [{"type": "exit", "ts": now - 2, "node": "node-a", "pid": pid, "exit_code": code}]
+
+    async def scenario() -> None:
+        await store(world.a, "acme-9", "a9", 1, extra_records=ranks)
+        mine = await _hello(world.a.customer_viewer)
+        await store(world.a, "acme-9", "a9", 2, extra_records=exit_of(700, 0))
+        assert await mine.receive_nothing(QUIET_S)  # rank 1 still runs
+        await store(world.a, "acme-9", "a9", 3, extra_records=exit_of(701, 3))
+        assert await mine.receive_json_from(timeout=5) == {
+            "type": "job",
+            "job": "acme-9",
+            "state": "failed",
+        }
+        await mine.disconnect()
+
+    run(scenario)
+
+
 def test_chart_points_reach_the_open_job_page_at_most_every_2_s(world: World) -> None:
     names = (signals.DCGM_FI_PROF_SM_ACTIVE, signals.DCGM_FI_DEV_POWER_USAGE)
 
