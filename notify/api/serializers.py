@@ -50,8 +50,9 @@ class ChannelSerializer(serializers.ModelSerializer[NotificationChannel]):
 class ChannelCreatedSerializer(ChannelSerializer):
     """The 201 of a new channel: a webhook channel's signing secret is in it, this once."""
 
+    # Not read_only: the schema would then make it required, and only webhooks have one.
     secret = serializers.CharField(
-        read_only=True, required=False, help_text="webhook channels only: the signing secret"
+        required=False, help_text="webhook channels only: the signing secret"
     )
 
     class Meta(ChannelSerializer.Meta):

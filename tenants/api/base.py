@@ -24,6 +24,7 @@ from django.utils.cache import patch_vary_headers
 from django.utils.http import parse_etags
 from rest_framework import status, viewsets
 from rest_framework.exceptions import NotAuthenticated, PermissionDenied, ValidationError
+from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.routers import BaseRouter
@@ -35,6 +36,8 @@ from tenants.api.permissions import principal_or_none
 from tenants.context import activate_tenant_in_transaction
 from tenants.models import TenantOwned
 from tenants.services import NotAllowed, TenancyError
+
+_ERROR_RENDERER = JSONRenderer()
 
 
 def weak_etag(content: bytes) -> str:
@@ -51,8 +54,13 @@ def _etag_matches(if_none_match: str, etag: str) -> bool:
 
 def with_conventions(request: Request, response: Response) -> Response:
     """The error shape on any 4xx/5xx body, the ETag (and 304) on a successful GET."""
-    if response.status_code >= 400 and not is_error_body(response.data):
-        response.data = error_body(response.status_code, response.data)
+    if response.status_code >= 400:
+        if not is_error_body(response.data):
+            response.data = error_body(response.status_code, response.data)
+        # An error is JSON whatever the endpoint renders otherwise (a verdict as markdown):
+        # the one shape clients parse, and what the schema documents.
+        response.accepted_renderer = _ERROR_RENDERER
+        response.accepted_media_type = _ERROR_RENDERER.media_type
     if request.method in ("GET", "HEAD") and response.status_code == 200:
         response.render()
         etag = weak_etag(response.content)
