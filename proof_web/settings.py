@@ -281,6 +281,9 @@ SPECTACULAR_SETTINGS = {
         "ChannelKindEnum": "notify.models.ChannelKind",
         "DeliveryKindEnum": "notify.models.DeliveryKind",
         "IncidentStateEnum": "investigations.models.IncidentState",
+        "JobStateEnum": "ingest.models.JobState",
+        "NodeStateEnum": "investigations.selectors_fleet.NODE_STATES",
+        "GpuHealthEnum": "investigations.selectors_fleet.GPU_HEALTH",
     },
 }
 

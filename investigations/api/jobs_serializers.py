@@ -71,7 +71,7 @@ class TimestampField(serializers.Field):  # type: ignore[type-arg]
 
 
 class JobListQuery(serializers.Serializer[dict[str, Any]]):
-    state = serializers.ChoiceField(choices=JobState.values, required=False)
+    state = serializers.ChoiceField(choices=JobState.choices, required=False)
     kind = serializers.ChoiceField(choices=JOB_KINDS, required=False)
     customer = serializers.CharField(
         required=False, max_length=64, help_text="the customer's slug (or its numeric id)"
@@ -155,7 +155,7 @@ class PriceSerializer(serializers.Serializer[dict[str, Any]]):
 class JobSerializer(serializers.Serializer[dict[str, Any]]):
     job_id = serializers.CharField()
     name = serializers.CharField()
-    state = serializers.ChoiceField(choices=JobState.values)
+    state = serializers.ChoiceField(choices=JobState.choices)
     kind = serializers.CharField()
     scheduler = serializers.CharField()
     customer = CustomerRefSerializer(allow_null=True)
