@@ -163,6 +163,10 @@ class IncidentViewSet(TenantScopedReadOnlyViewSet):
         return super().handle_exception(exc)
 
     def _key(self) -> str:
+        """The incident's public id, once it is known to be one the principal may see: a
+        foreign id is 404 before its body is even read (whatever the body, nothing about
+        another tenant's incident is answered)."""
+        self.get_object()
         return str(self.kwargs[self.lookup_field])
 
     def _incident(self, incident: Incident) -> Response:
@@ -221,8 +225,9 @@ class IncidentViewSet(TenantScopedReadOnlyViewSet):
     )
     @action(detail=True, methods=["post"])
     def resolve(self, request: Request, public_id: str | None = None) -> Response:
+        key = self._key()
         fields = self.validated(ResolveSerializer)
-        return self._incident(incident_actions.resolve(self.principal, self._key(), **fields))
+        return self._incident(incident_actions.resolve(self.principal, key, **fields))
 
     @extend_schema(
         summary="Reopen a resolved incident (operator roles)",
@@ -247,8 +252,9 @@ class IncidentViewSet(TenantScopedReadOnlyViewSet):
     )
     @action(detail=True, methods=["post"])
     def assign(self, request: Request, public_id: str | None = None) -> Response:
+        key = self._key()
         fields = self.validated(AssignSerializer)
-        return self._incident(incident_actions.assign(self.principal, self._key(), **fields))
+        return self._incident(incident_actions.assign(self.principal, key, **fields))
 
     @extend_schema(
         summary="Comment (operator roles; a customer's admin on its own jobs' incidents)",
@@ -275,8 +281,9 @@ class IncidentViewSet(TenantScopedReadOnlyViewSet):
     )
     @action(detail=True, methods=["post"])
     def comments(self, request: Request, public_id: str | None = None) -> Response:
+        key = self._key()
         fields = self.validated(CommentSerializer)
-        event = incident_actions.comment(self.principal, self._key(), **fields)
+        event = incident_actions.comment(self.principal, key, **fields)
         return Response(IncidentEventSerializer(event).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(
@@ -306,8 +313,9 @@ class IncidentViewSet(TenantScopedReadOnlyViewSet):
     )
     @action(detail=True, methods=["post"], url_path="link-ticket")
     def link_ticket(self, request: Request, public_id: str | None = None) -> Response:
+        key = self._key()
         fields = self.validated(LinkTicketSerializer)
-        ticket, created = incident_actions.link_ticket(self.principal, self._key(), **fields)
+        ticket, created = incident_actions.link_ticket(self.principal, key, **fields)
         return Response(
             IncidentTicketSerializer(ticket).data,
             status=status.HTTP_201_CREATED if created else status.HTTP_200_OK,

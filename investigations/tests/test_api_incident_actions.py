@@ -279,6 +279,11 @@ def test_another_operator_gets_404_on_every_action_and_read(world: World) -> Non
         for action, body in ACTIONS:
             response = act(client, world.mine, action, body)
             assert response.status_code == 404, (action, response.content)
+            # A body that would be refused is not even read: the id is not theirs.
+            assert (
+                act(client, world.mine, action, {"body": "", "user": 7, "system": 1}).status_code
+                == 404
+            )
         for read in ("history", "evidence-series", ""):
             path = f"/api/v1/incidents/{world.mine.public_id}/{read + '/' if read else ''}"
             assert client.get(path).status_code == 404, read
