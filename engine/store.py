@@ -50,7 +50,9 @@ class SignalStore(Protocol):
         self, node: str, t0: float, t1: float, names: Iterable[str] | None = None
     ) -> list[SeriesData]: ...
 
-    def gpu_series(self, gpu: str, t0: float, t1: float) -> list[SeriesData]: ...
+    def gpu_series(
+        self, gpu: str, t0: float, t1: float, names: Iterable[str] | None = None
+    ) -> list[SeriesData]: ...
 
     def events(self, *, node: str, t0: float, t1: float) -> list[EventRow]: ...
 
@@ -391,11 +393,15 @@ class TraceStore:
             if wanted is None or self._series[i].info.name in wanted
         ]
 
-    def gpu_series(self, gpu: str, t0: float, t1: float) -> list[SeriesData]:
+    def gpu_series(
+        self, gpu: str, t0: float, t1: float, names: Iterable[str] | None = None
+    ) -> list[SeriesData]:
+        wanted = None if names is None else set(names)
         return [
             _cut(self._series[i], t0, t1)
             for i in self._by_gpu.get(gpu, [])
             if is_gpu_scope(self._series[i].info.name)
+            and (wanted is None or self._series[i].info.name in wanted)
         ]
 
     def events(self, *, node: str, t0: float, t1: float) -> list[EventRow]:

@@ -399,12 +399,16 @@ def catalog_samples(
         return read_samples(operator_id, catalog.infos, catalog.node_ids, t0, t1)
 
 
-def gpu_series(operator_id: int, gpu: str, t0: float, t1: float) -> list[SeriesData]:
-    """Every series of one GPU (by UUID) over [t0, t1], whichever job or process they carry."""
+def gpu_series(
+    operator_id: int, gpu: str, t0: float, t1: float, names: Iterable[str] | None = None
+) -> list[SeriesData]:
+    """Every series of one GPU (by UUID) over [t0, t1], whichever job or process they carry
+    (or those of the signals named)."""
     with tenant_context(operator_id):
-        return _read_query(
-            operator_id, Series.objects.for_tenant(operator_id).filter(gpu=gpu), t0, t1
-        )
+        qs = Series.objects.for_tenant(operator_id).filter(gpu=gpu)
+        if names is not None:
+            qs = qs.filter(name__in=list(names))
+        return _read_query(operator_id, qs, t0, t1)
 
 
 def node_series(
@@ -557,6 +561,18 @@ def node_inventory(operator_id: int, hostname: str) -> dict[str, Any] | None:
 
 
 # --- inventory, for the detectors' stores ----------------------------------------------------
+
+
+def gpu_location(operator_id: int, gpu: str) -> tuple[str, int | None] | None:
+    """One registered GPU's (node hostname, index on the node), or None if unknown."""
+    with tenant_context(operator_id):
+        row = (
+            Gpu.objects.for_tenant(operator_id)
+            .filter(uuid=gpu)
+            .values_list("node__hostname", "index")
+            .first()
+        )
+    return None if row is None else (row[0] or "", row[1])
 
 
 def gpu_locations(operator_id: int) -> dict[str, tuple[str, int | None]]:

@@ -59,8 +59,10 @@ class IngestStore:
     ) -> list[SeriesData]:
         return ingest_selectors.node_series(self.operator_id, node, t0, t1, names)
 
-    def gpu_series(self, gpu: str, t0: float, t1: float) -> list[SeriesData]:
-        return ingest_selectors.gpu_series(self.operator_id, gpu, t0, t1)
+    def gpu_series(
+        self, gpu: str, t0: float, t1: float, names: Iterable[str] | None = None
+    ) -> list[SeriesData]:
+        return ingest_selectors.gpu_series(self.operator_id, gpu, t0, t1, names)
 
     def events(self, *, node: str, t0: float, t1: float) -> list[EventRow]:
         return ingest_selectors.events(
@@ -129,7 +131,9 @@ def detect_gpu(
 ) -> tuple[tuple[float, float], list[dict[str, Any]]] | None:
     """Fleet health of one GPU over the last `window_s` seconds, or None for an unknown GPU."""
     store = IngestStore(operator_id)
-    where = store.gpu_locations().get(gpu)
+    # This GPU's row, not the fleet's: one evaluation per GPU reading every GPU's location
+    # grows with the square of the fleet.
+    where = ingest_selectors.gpu_location(operator_id, gpu)
     if where is None:
         return None
     node, index = where

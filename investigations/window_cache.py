@@ -446,8 +446,10 @@ class CachedIngestStore:
             return read_job_logs(self.operator_id, job, t0, t1)
         return [r for r in self.entry.logs if t0 <= r.ts <= t1]
 
-    def gpu_series(self, gpu: str, t0: float, t1: float) -> list[SeriesData]:
-        return ingest_selectors.gpu_series(self.operator_id, gpu, t0, t1)
+    def gpu_series(
+        self, gpu: str, t0: float, t1: float, names: Iterable[str] | None = None
+    ) -> list[SeriesData]:
+        return ingest_selectors.gpu_series(self.operator_id, gpu, t0, t1, names)
 
     def gpus(self) -> list[tuple[str, str, int | None]]:
         return gpu_list(self.gpu_locations())

@@ -160,7 +160,9 @@ class JobPageStore:
     ) -> list[SeriesData]:
         return []
 
-    def gpu_series(self, gpu: str, t0: float, t1: float) -> list[SeriesData]:
+    def gpu_series(
+        self, gpu: str, t0: float, t1: float, names: Iterable[str] | None = None
+    ) -> list[SeriesData]:
         return []
 
     def events(self, *, node: str, t0: float, t1: float) -> list[EventRow]:
