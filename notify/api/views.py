@@ -79,6 +79,9 @@ DELIVERY = OpenApiExample(
     },
     response_only=True,
 )
+DELIVERY_QUEUED = OpenApiExample(
+    "queued", value=DELIVERY.value, response_only=True, status_codes=["202"]
+)
 ROTATED = OpenApiExample(
     "rotated",
     value={"secret": "whsec_Q2x7...", "previous_valid_for_s": services.ROTATION_OVERLAP_S},
@@ -116,7 +119,7 @@ ROTATED = OpenApiExample(
         summary="Queue a test event through the outbox",
         request=None,
         responses={202: DeliverySerializer},
-        examples=[DELIVERY],
+        examples=[DELIVERY_QUEUED],
     ),
     rotate_secret=extend_schema(
         summary="Rotate a webhook channel's signing secret",
