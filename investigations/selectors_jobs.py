@@ -463,6 +463,7 @@ def job_signal(
         node_ids = _nodes_holding(op, [info for info, _r in chosen.values()], catalog.node_ids)
     limit = ROLLUP_MAX_RANGE_S if rollups else raw_range_limit(len(node_ids))
     t0, t1 = _range(op, job, start, end, limit, rollups)
+    t0_raw = t0
     if rollups:
         t0 = math.floor(t0 / HOUR_S) * HOUR_S  # the rollups' buckets are whole hours
     count = max(1, len(chosen))
@@ -475,7 +476,10 @@ def job_signal(
             f"{MAX_POINTS} points; use at least {smallest_resolution(t0, t1, count):g}",
         )
     if rollups:
-        buckets = _rollup_read(op, list(chosen), t0, t1, resolution)
+        # Series without the job's key (its GPUs' own) count only the hours wholly inside the
+        # job's data: an hour it shares with an earlier or later job would mix that job's in.
+        foreign = [sid for sid, (info, _r) in chosen.items() if info.job != job.job_id]
+        buckets = _rollup_read(op, list(chosen), t0, t1, resolution, foreign, span=(t0_raw, t1))
         series = [
             SignalSeries(info, r, buckets.get(sid) or no_buckets())
             for sid, (info, r) in chosen.items()
@@ -515,9 +519,16 @@ def _nodes_holding(op: int, infos: list[SeriesInfo], node_ids: frozenset[int]) -
 
 
 def _rollup_read(
-    op: int, series_ids: list[int], t0: float, t1: float, resolution: float
+    op: int,
+    series_ids: list[int],
+    t0: float,
+    t1: float,
+    resolution: float,
+    whole_hours_only: list[int],
+    span: tuple[float, float],
 ) -> dict[int, Buckets]:
-    """The series' hourly rollups over [t0, t1] merged per bucket (one query)."""
+    """The series' hourly rollups over [t0, t1] merged per bucket (one query); of the
+    `whole_hours_only` series, only the hours wholly inside `span`."""
     rows = np.array(
         list(
             SeriesRollup.objects.for_tenant(op)
@@ -530,6 +541,9 @@ def _rollup_read(
         ),
         dtype=np.float64,
     ).reshape(-1, 6)
+    if whole_hours_only and len(rows):
+        partial = (rows[:, 1] < span[0] * 1000) | (rows[:, 1] + HOUR_S * 1000 > span[1] * 1000)
+        rows = rows[~(np.isin(rows[:, 0], whole_hours_only) & partial)]
     out = {}
     for sid in np.unique(rows[:, 0]).astype(np.int64).tolist():
         r = rows[rows[:, 0] == sid]
@@ -540,9 +554,20 @@ def _rollup_read(
 def _range(
     op: int, job: Job, start: float | None, end: float | None, limit: float, rollups: bool
 ) -> tuple[float, float]:
-    span = job_data_span(op, job) or (job.first_seen_at.timestamp(), job.last_seen_at.timestamp())
-    t1 = end if end is not None else float(span[1])
-    t0 = start if start is not None else max(float(span[0]), t1 - limit)
+    """[start, end] within the job's own data span. Clamped, not only defaulted: the GPU-scope
+    series of its GPUs carry no job key, and outside the job's span they are whichever job
+    (of whichever customer) held the GPU then."""
+    lo, hi = job_data_span(op, job) or (
+        job.first_seen_at.timestamp(),
+        job.last_seen_at.timestamp(),
+    )
+    lo, hi = float(lo), float(hi)
+    if start is not None and start > hi:
+        raise SeriesRequestError("start", f"after the job's newest data ({hi:.3f})")
+    if end is not None and end < lo:
+        raise SeriesRequestError("end", f"before the job's first data ({lo:.3f})")
+    t1 = hi if end is None else min(end, hi)
+    t0 = max(lo, t1 - limit) if start is None else max(start, lo)
     if t1 <= t0:
         raise SeriesRequestError("end", f"must be after start ({t0:.3f}), not {t1:.3f}")
     if t1 - t0 > limit:

@@ -19,14 +19,17 @@ from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
 from contract import signals
+from contract.wire.encode import BatchBuilder
 from ingest import selectors as ingest_selectors
 from ingest import services as ingest_services
 from ingest.models import Job
+from ingest.processing import Limits, decode_batch
+from investigations import selectors_jobs, window_cache
 from investigations import services as inv_services
-from investigations import window_cache
 from investigations.selectors import real_price_for
 from investigations.selectors_jobs import MAX_POINTS, bucket_stats, rollup_buckets
 from investigations.tests.live_helpers import GPU_MODEL, job_pk, store_gpu_job, store_sim
+from simulator import simulate
 from tenants import services as tenant_services
 from tenants.context import tenant_context
 from tenants.models import Customer
@@ -35,6 +38,8 @@ from tenants.testing import Tenant, make_tenant
 pytestmark = pytest.mark.django_db
 
 POWER = signals.DCGM_FI_DEV_POWER_USAGE
+TEMP = signals.DCGM_FI_DEV_MEMORY_TEMP
+MARK = 12345.0  # a reading no simulated GPU gives
 
 
 @dataclass
@@ -272,12 +277,22 @@ def test_series_is_the_raw_samples_downsampled_per_bucket(world: World) -> None:
     assert [s["rank"] for s in every["series"]] == [0, 1, 2, 3]
     by_gpu = client.get(f"/api/v1/jobs/{world.mine}/series/?signal={POWER}&gpu={rank1_gpu}")
     assert [s["gpu"] for s in by_gpu.json()["series"]] == [rank1_gpu]
+    # A range reaching outside the job is kept to the job's data: before and after it, its
+    # GPUs' series (no job key) are whichever job held them then.
+    wide = client.get(
+        f"/api/v1/jobs/{world.mine}/series/?signal={POWER}&rank=1&resolution=10"
+        f"&start={job['data_start'] - 86400}&end={job['data_end'] + 86400}"
+    ).json()
+    assert wide["start"] == pytest.approx(job["data_start"], abs=1e-3)
+    assert wide["end"] == pytest.approx(job["data_end"], abs=1e-3)
     # No resolution: the finest that fits the point budget, never more points than it.
     finest = client.get(f"/api/v1/jobs/{world.mine}/series/?signal={POWER}").json()
     assert 0 < finest["points"] <= MAX_POINTS and finest["resolution"] >= 1
 
 
-def test_series_of_whole_hours_reads_the_hourly_rollups(world: World) -> None:
+def test_series_of_whole_hours_reads_the_hourly_rollups(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
     a = world.a
     op = a.operator.pk
     hour = int(time.time() * 1000) // 3_600_000 * 3_600_000
@@ -287,21 +302,61 @@ def test_series_of_whole_hours_reads_the_hourly_rollups(world: World) -> None:
     job = client.get(f"/api/v1/jobs/{world.mine}/").json()
     rank2_gpu = next(r["gpu"] for r in job["ranks"] if r["rank"] == 2)
     end = job["data_end"]
-    start = end - 7 * 3600  # longer than a raw read may cover
+    start = job["data_start"]
     url = f"/api/v1/jobs/{world.mine}/series/?signal={POWER}&gpu={rank2_gpu}&end={end}"
-    assert "start" in client.get(f"{url}&start={start}&resolution=60").json()["error"]["fields"]
+    # A raw read of this job may cover 30 s here: the range is too long at 60 s buckets, and
+    # fine at whole hours, which read the rollups.
+    monkeypatch.setattr(selectors_jobs, "RAW_NODE_SECONDS", 30.0)
+    monkeypatch.setattr(selectors_jobs, "RAW_MIN_RANGE_S", 10.0)
+    refused = client.get(f"{url}&start={start}&resolution=60").json()["error"]["fields"]
+    assert "start" in refused and "3600" in refused["start"][0]
     response = client.get(f"{url}&start={start}&resolution=3600")
     assert response.status_code == 200, response.content
     body = response.json()
     assert body["data_source"] == "hourly rollups" and body["start"] % 3600 == 0
     [series] = body["series"]
     # The same buckets as the raw samples cut into those hours.
-    raw = _raw(op, world.mine, rank2_gpu, body["start"], end)
+    raw = _raw(op, world.mine, rank2_gpu, start, end)
     expected = bucket_stats(raw.ts, raw.values, body["start"], 3600.0)
     assert series["t"] == expected.start.tolist()
     assert series["count"] == expected.count.tolist()
     assert series["mean"] == pytest.approx(expected.mean.tolist())
     assert series["min"] == expected.min.tolist() and series["max"] == expected.max.tolist()
+
+
+def test_series_keeps_to_the_job_s_own_data() -> None:
+    """A GPU's readings without a job key, from before the job (another job's time on that
+    GPU), are not the job's: a raw read is kept to the job's data span, and the rollups count
+    only whole hours inside it (none, for a job of two minutes)."""
+    c = make_tenant("jobs-own")
+    op = c.operator.pk
+    now = time.time()
+    # The run store_sim will store (its hosts and GPUs are the seed's).
+    run = simulate("slow_rank", seed=4, duration_s=120, nodes=1, gpus_per_node=4, start_ts=0)
+    first = next(r for r in run.records() if r.get("gpu") and r.get("node"))
+    node, gpu, index = first["node"], first["gpu"], first["gpu_index"]
+    before = np.arange(now - 3000.0, now - 130.0, 10.0)
+    builder = BatchBuilder("agent-before")
+    identity = {signals.NODE: node, signals.GPU: gpu, signals.GPU_INDEX: index}
+    builder.add_samples(TEMP, identity, before, np.full(len(before), MARK))
+    ingest_services.store_batch(op, decode_batch(builder.build(1), Limits()))
+    job_id = store_sim(op, "slow_rank", duration_s=120, seed=4, end_ts=now).jobs[0]
+    hour = int(now * 1000) // 3_600_000 * 3_600_000
+    for back in range(2):
+        ingest_services.build_rollups(op, hour - back * 3_600_000)
+    client = _client(c.api_token(c.operator_admin))
+    job = client.get(f"/api/v1/jobs/{job_id}/").json()
+    url = f"/api/v1/jobs/{job_id}/series/?signal={TEMP}&gpu={gpu}&start={now - 3000}"
+    raw = client.get(f"{url}&resolution=60").json()
+    assert raw["start"] == pytest.approx(job["data_start"], abs=1e-3)
+    assert raw["start"] > before[-1]
+    # The job-less series is the job's (its GPU's) and is read, but holds nothing in range.
+    assert len(raw["series"]) >= 2 and [] in [s["count"] for s in raw["series"]]
+    assert all(MARK not in s["max"] for s in raw["series"])
+    hourly = client.get(f"{url}&resolution=3600").json()
+    assert hourly["data_source"] == "hourly rollups"
+    assert any(s["count"] for s in hourly["series"])  # the job's own readings
+    assert all(MARK not in s["max"] for s in hourly["series"])
 
 
 def test_series_bad_parameters_are_400_naming_them(world: World) -> None:
@@ -327,7 +382,8 @@ def test_series_bad_parameters_are_400_naming_them(world: World) -> None:
     assert str(MAX_POINTS) in too_fine
     assert "start" in fields(f"signal={POWER}&start=not-a-time")
     assert "end" in fields(f"signal={POWER}&start=2000&end=1000")
-    assert "start" in fields(f"signal={POWER}&start=1000&end={1000 + 7 * 3600}")
+    assert "end" in fields(f"signal={POWER}&start=1000&end={1000 + 7 * 3600}")  # before the job
+    assert "start" in fields(f"signal={POWER}&start=4102444800")  # after the job's data
 
 
 def test_bucket_stats_unit() -> None:
