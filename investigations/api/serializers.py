@@ -6,7 +6,7 @@ from decimal import Decimal
 from typing import Any, TypeVar
 
 from django.utils.dateparse import parse_date, parse_datetime
-from drf_spectacular.utils import extend_schema_field
+from drf_spectacular.utils import extend_schema_field, extend_schema_serializer
 from rest_framework import serializers
 
 from investigations.incident_actions import COMMENT_MAX, NOTE_MAX, REASON_MAX, TICKET_ID_MAX
@@ -32,6 +32,11 @@ class IncidentSerializer(serializers.ModelSerializer[Incident]):
     id = serializers.UUIDField(source="public_id", read_only=True)
     job = serializers.SerializerMethodField()
     assignee = serializers.SerializerMethodField(help_text="the assignee's username, or null")
+    # Empty while open: a plain string here, or the schema's enum would refuse "".
+    resolve_reason = serializers.CharField(
+        read_only=True,
+        help_text="while resolved: finding_absent, job_ended or manual; empty while open",
+    )
     tickets = IncidentTicketSerializer(many=True, read_only=True)
 
     class Meta:
@@ -243,3 +248,25 @@ class RealPriceQuerySerializer(serializers.Serializer[dict[str, Any]]):
                     {"end": [f"the period may be at most {MAX_PERIOD_DAYS} days"]}
                 )
         return attrs
+
+
+# One aggregate, even though it answers the list route: not a list in the schema.
+@extend_schema_serializer(many=False)
+class RealPriceSerializer(serializers.Serializer[dict[str, Any]]):
+    start = serializers.DateTimeField(required=False, help_text="the period asked for, if any")
+    end = serializers.DateTimeField(required=False)
+    job = serializers.CharField(required=False, help_text="the filter asked for, if any")
+    customer = serializers.CharField(required=False)
+    gpu = serializers.CharField(required=False)
+    gpu_hours = serializers.FloatField()
+    compute_hours = serializers.FloatField()
+    wait_hours = serializers.FloatField()
+    idle_hours = serializers.FloatField()
+    productive_share = serializers.FloatField(allow_null=True)
+    list_cost = serializers.DecimalField(max_digits=20, decimal_places=4, allow_null=True)
+    effective_price_per_productive_gpu_hour = serializers.DecimalField(
+        max_digits=20, decimal_places=4, allow_null=True
+    )
+    currency = serializers.CharField(allow_null=True)
+    unpriced_models = serializers.ListField(child=serializers.CharField())
+    methods = serializers.ListField(child=serializers.CharField())

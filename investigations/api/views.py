@@ -47,6 +47,7 @@ from investigations.api.serializers import (
     IncidentTicketSerializer,
     LinkTicketSerializer,
     RealPriceQuerySerializer,
+    RealPriceSerializer,
     ResolveSerializer,
     VerdictRevisionSerializer,
 )
@@ -132,13 +133,20 @@ class IncidentConflictError(APIException):
 @extend_schema_view(
     list=extend_schema(
         summary="Incidents, newest first",
-        parameters=_LIST_FILTERS,
+        parameters=[
+            *_LIST_FILTERS,
+            OpenApiParameter(
+                "assignee", str, description="an assignee's username, or none (unassigned)"
+            ),
+            OpenApiParameter("acknowledged", str, enum=["true", "false"]),
+        ],
         examples=_INCIDENT_EXAMPLES,
     ),
     retrieve=extend_schema(summary="One incident", examples=_INCIDENT_EXAMPLES),
 )
 class IncidentViewSet(TenantScopedReadOnlyViewSet):
-    """Incidents with their current verdict; ?state=open&family=…&category=…&job=<job id>.
+    """Incidents with their current verdict; ?state=open&family=…&category=…&job=<job id>
+    &assignee=<username|none>&acknowledged=true|false.
     POST actions (write scope): acknowledge, resolve, reopen, assign, comments, link-ticket —
     each recorded in GET …/history/."""
 
@@ -148,12 +156,22 @@ class IncidentViewSet(TenantScopedReadOnlyViewSet):
     lookup_field = "public_id"
 
     def scope_queryset(self, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        params = self.request.query_params
         tickets = Prefetch("tickets", queryset=IncidentTicket.objects.order_by("linked_at", "id"))
-        return (
-            _filter_incidents(queryset, self.request.query_params)
-            .select_related("assignee")
-            .prefetch_related(tickets)
-        )
+        queryset = _filter_incidents(queryset, params)
+        assignee = params.get("assignee")
+        if assignee:
+            queryset = (
+                queryset.filter(assignee__isnull=True)
+                if assignee == "none"
+                else queryset.filter(assignee__username=assignee)
+            )
+        acknowledged = params.get("acknowledged")
+        if acknowledged:
+            if acknowledged not in ("true", "false"):
+                raise ValidationError({"acknowledged": [f"true or false, not {acknowledged!r}"]})
+            queryset = queryset.filter(acknowledged_at__isnull=acknowledged == "false")
+        return queryset.select_related("assignee").prefetch_related(tickets)
 
     def handle_exception(self, exc: Exception) -> Response:
         if isinstance(exc, incident_actions.IncidentConflict):
@@ -194,7 +212,8 @@ class IncidentViewSet(TenantScopedReadOnlyViewSet):
             )
         ],
     )
-    @action(detail=True, methods=["get"])
+    # All of them, as an array (an incident has a handful): not paginated.
+    @action(detail=True, methods=["get"], pagination_class=None)
     def revisions(self, request: Request, public_id: str | None = None) -> Response:
         incident = self.get_object()
         rows = incident.revisions.order_by("number")
@@ -639,28 +658,6 @@ _REAL_PRICE_EXAMPLE = {
     "unpriced_models": [],
     "methods": ["engine+ebpf"],
 }
-_REAL_PRICE_RESPONSE = inline_serializer(
-    "RealPrice",
-    {
-        "start": serializers.DateTimeField(required=False),
-        "end": serializers.DateTimeField(required=False),
-        "job": serializers.CharField(required=False),
-        "customer": serializers.CharField(required=False),
-        "gpu": serializers.CharField(required=False),
-        "gpu_hours": serializers.FloatField(),
-        "compute_hours": serializers.FloatField(),
-        "wait_hours": serializers.FloatField(),
-        "idle_hours": serializers.FloatField(),
-        "productive_share": serializers.FloatField(allow_null=True),
-        "list_cost": serializers.DecimalField(max_digits=20, decimal_places=4, allow_null=True),
-        "effective_price_per_productive_gpu_hour": serializers.DecimalField(
-            max_digits=20, decimal_places=4, allow_null=True
-        ),
-        "currency": serializers.CharField(allow_null=True),
-        "unpriced_models": serializers.ListField(child=serializers.CharField()),
-        "methods": serializers.ListField(child=serializers.CharField()),
-    },
-)
 
 
 @extend_schema_view(
@@ -673,7 +670,7 @@ _REAL_PRICE_RESPONSE = inline_serializer(
             "inside, as the console's /price/ counts it)."
         ),
         parameters=[RealPriceQuerySerializer],
-        responses=_REAL_PRICE_RESPONSE,
+        responses=RealPriceSerializer,
         examples=[OpenApiExample("The fleet's last week", _REAL_PRICE_EXAMPLE, response_only=True)],
     ),
     retrieve=extend_schema(exclude=True),
@@ -686,6 +683,8 @@ class RealPriceViewSet(TenantScopedReadOnlyViewSet):
     model = JobGpuUsage
     route = "real-price"
     permission_classes = [HasPrincipal]
+    # One aggregate (and by-customer one row per customer): nothing here pages.
+    pagination_class = None
 
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         query = self.validated(RealPriceQuerySerializer, request.query_params)

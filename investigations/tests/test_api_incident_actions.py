@@ -350,6 +350,25 @@ def test_bad_input_names_the_field(world: World) -> None:
     assert history(api, world.mine) == []
 
 
+def test_incident_list_filters_by_assignee_and_acknowledgement(world: World) -> None:
+    api = session(world.a.operator_admin)
+    act(api, world.mine, "assign", {"user": world.a.operator_support.username})
+    act(api, world.mine, "acknowledge")
+
+    def ids(query: str) -> set[str]:
+        response = api.get(f"/api/v1/incidents/{query}")
+        assert response.status_code == 200, response.content
+        return {row["id"] for row in response.json()["results"]}
+
+    mine, theirs = str(world.mine.public_id), str(world.theirs.public_id)
+    assert ids(f"?assignee={world.a.operator_support.username}") == {mine}
+    assert theirs in ids("?assignee=none") and mine not in ids("?assignee=none")
+    assert ids("?acknowledged=true") == {mine}
+    assert mine not in ids("?acknowledged=false") and theirs in ids("?acknowledged=false")
+    bad = api.get("/api/v1/incidents/?acknowledged=yes")
+    assert bad.status_code == 400 and "acknowledged" in fields_of(bad)
+
+
 def _queries(client: APIClient, path: str) -> tuple[int, dict[str, Any]]:
     with CaptureQueriesContext(connection) as captured:
         response = client.get(path)
