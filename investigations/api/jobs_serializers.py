@@ -4,7 +4,8 @@ anything is read, and its responses, which describe it in the OpenAPI schema."""
 from __future__ import annotations
 
 import math
-from datetime import UTC, datetime
+import re
+from datetime import UTC, date, datetime
 from typing import Any
 
 from drf_spectacular.utils import extend_schema_field
@@ -21,6 +22,7 @@ JOB_ORDERINGS = {
     "job": "job_id",
 }
 DEFAULT_JOB_ORDERING = "-started"
+_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 # The last second of year 9999: any later time cannot be a datetime, so it is bad input.
 LATEST_TIMESTAMP = 253_402_300_799.0
 
@@ -30,12 +32,19 @@ LATEST_TIMESTAMP = 253_402_300_799.0
         "oneOf": [
             {"type": "number", "minimum": 0, "description": "seconds since the epoch"},
             {"type": "string", "format": "date-time"},
+            {"type": "string", "format": "date", "description": "that day (UTC)"},
         ]
     }
 )
 class TimestampField(serializers.Field):  # type: ignore[type-arg]
-    """A point in time: seconds since the epoch (`1767225600.5`) or ISO 8601 with a zone
-    (`2026-01-01T00:00:00Z`); read as float seconds."""
+    """A point in time: seconds since the epoch (`1767225600.5`), ISO 8601 with a zone
+    (`2026-01-01T00:00:00Z`) or a bare date, that day in UTC (its start, or with `end_of_day`
+    its last millisecond: `until=2026-12-01` includes the 1st); read as float seconds. A time
+    without a zone is refused: it could be any of 26 instants."""
+
+    def __init__(self, *, end_of_day: bool = False, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.end_of_day = end_of_day
 
     default_error_messages = {
         "invalid": (
@@ -46,6 +55,15 @@ class TimestampField(serializers.Field):  # type: ignore[type-arg]
 
     def to_internal_value(self, data: Any) -> float:
         text = str(data).strip()
+        if _DATE.fullmatch(text):
+            try:
+                day = date.fromisoformat(text)
+            except ValueError:
+                self.fail("invalid", value=text)
+            start = datetime(day.year, day.month, day.day, tzinfo=UTC).timestamp()
+            if start < 0:
+                self.fail("invalid", value=text)
+            return start + (86_400.0 - 0.001 if self.end_of_day else 0.0)
         try:
             value = float(text)
         except ValueError:
@@ -83,7 +101,9 @@ class JobListQuery(serializers.Serializer[dict[str, Any]]):
         required=False, max_length=96, help_text="jobs with a process on this GPU (NVML UUID)"
     )
     since = TimestampField(required=False, help_text="jobs last seen at or after this time")
-    until = TimestampField(required=False, help_text="jobs first seen at or before this time")
+    until = TimestampField(
+        required=False, end_of_day=True, help_text="jobs first seen at or before this time"
+    )
     q = serializers.CharField(
         required=False, max_length=255, help_text="part of the job id or the job name"
     )
@@ -111,7 +131,9 @@ class JobSeriesQuery(serializers.Serializer[dict[str, Any]]):
     start = TimestampField(
         required=False, help_text="default: end minus 6 h, or the job's first data"
     )
-    end = TimestampField(required=False, help_text="default: the job's newest data")
+    end = TimestampField(
+        required=False, end_of_day=True, help_text="default: the job's newest data"
+    )
     resolution = serializers.FloatField(
         required=False,
         min_value=0.001,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
@@ -196,6 +197,10 @@ def test_filters_and_ordering(world: World) -> None:
     assert ids(f"state={mine['state']}&customer={a.customer.slug}") == [world.mine]
     assert ids("since=2100-01-01T00:00:00Z") == []
     assert ids("until=1000") == []
+    # A bare date is that day in UTC: since its start, until its end.
+    today = datetime.now(UTC).date().isoformat()
+    assert sorted(ids(f"since={today}&until={today}")) == sorted([world.mine, world.theirs])
+    assert ids("until=2000-01-01") == []
     assert sorted(ids("since=1000&until=4102444800")) == sorted([world.mine, world.theirs])
     assert ids("ordering=job") == sorted([world.mine, world.theirs])
     assert ids("ordering=-job") == sorted([world.mine, world.theirs], reverse=True)
@@ -216,6 +221,8 @@ def test_filters_and_ordering(world: World) -> None:
         ("ordering=price", "ordering"),
         ("since=yesterday", "since"),
         ("until=2026-01-01T00:00:00", "until"),  # no zone
+        ("since=2026-13-01", "since"),
+        ("since=0001-01-01", "since"),
         ("since=2000&until=1000", "until"),
         ("customer=nobody", "customer"),
         ("page_size=0", "page_size"),
