@@ -89,6 +89,18 @@ class ProofCursorPagination(CursorPagination):
             )
         return size
 
+    def get_schema_operation_parameters(self, view: Any) -> list[dict[str, Any]]:
+        parameters: list[dict[str, Any]] = super().get_schema_operation_parameters(view)
+        for parameter in parameters:
+            if parameter["name"] == self.page_size_query_param:
+                parameter["description"] = f"rows per page, 1 to {self.max_page_size}"
+                parameter["schema"].update(
+                    minimum=1, maximum=self.max_page_size, default=self.page_size
+                )
+            elif parameter["name"] == self.cursor_query_param:
+                parameter["description"] = "the cursor of a page: follow `next` or `previous`"
+        return parameters
+
     def decode_cursor(self, request: Request) -> Cursor | None:
         try:
             return super().decode_cursor(request)
