@@ -39,6 +39,21 @@ except ImportError:  # pragma: no cover - orjson is a base dependency
 _CHUNK = 8 << 20  # bytes of uncompressed trace parsed per batch
 
 
+class GpuHealthStore(Protocol):
+    """What fleet health's window builder (`build_gpu_window`) asks: a GPU's series, its
+    node's events, the jobs and their processes."""
+
+    def jobs(self) -> dict[str, JobMeta]: ...
+
+    def processes(self, job: str) -> list[ProcessInfo]: ...
+
+    def gpu_series(
+        self, gpu: str, t0: float, t1: float, names: Iterable[str] | None = None
+    ) -> list[SeriesData]: ...
+
+    def events(self, *, node: str, t0: float, t1: float) -> list[EventRow]: ...
+
+
 class SignalStore(Protocol):
     def jobs(self) -> dict[str, JobMeta]: ...
 

@@ -23,7 +23,7 @@ import numpy as np
 from contract import signals
 from contract.parsers import training as tp
 from contract.rows import EventRow, JobMeta, LogRow, SeriesData
-from engine.store import FLEET_HEALTH_SIGNALS, SignalStore, is_gpu_scope
+from engine.store import FLEET_HEALTH_SIGNALS, GpuHealthStore, SignalStore, is_gpu_scope
 
 # Source names a verdict reports under "could not see".
 SRC_DCGM_PROFILING = "dcgm_profiling"  # DCGM_FI_PROF_* (tensor/SM/engine activity)
@@ -625,7 +625,7 @@ def missing_sources(w: JobWindow) -> set[str]:
 
 
 def build_gpu_window(
-    store: SignalStore, gpu: str, node: str, gpu_index: int | None, t0: float, t1: float
+    store: GpuHealthStore, gpu: str, node: str, gpu_index: int | None, t0: float, t1: float
 ) -> GpuWindow:
     parts: dict[str, list[SeriesData]] = {}
     # Only the health signals are read: a GPU's 6 h of every signal (~40 series) is what a

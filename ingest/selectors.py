@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import os
+import threading
+import time
 from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -179,6 +181,25 @@ def _ms(ts: float) -> int:
 
 
 _POOL: ThreadPoolExecutor | None = None
+# CPU seconds the pool's threads spent decoding, summed over the process's life: a caller's
+# own thread time (what `proof bench live` measures per task) does not include them.
+_pool_cpu = [0.0]
+_pool_cpu_lock = threading.Lock()
+
+
+def pool_decode_cpu_s() -> float:
+    """CPU seconds spent decoding blocks on the decode pool by this process so far."""
+    return _pool_cpu[0]
+
+
+def _decode_on_pool(payload: bytes) -> blocks.DecodedBlock:
+    began = time.thread_time()
+    try:
+        return blocks.decode(payload)
+    finally:
+        spent = time.thread_time() - began
+        with _pool_cpu_lock:
+            _pool_cpu[0] += spent
 
 
 def _decode_pool() -> ThreadPoolExecutor:
@@ -217,7 +238,7 @@ def _fetch_and_decode(
         return [(node, blocks.decode(payload)) for node, payload in rows]
     # zstd and numpy release the GIL: decode many blocks on a few threads.
     pool = _decode_pool()
-    return [(node, pool.submit(blocks.decode, payload)) for node, payload in rows]
+    return [(node, pool.submit(_decode_on_pool, payload)) for node, payload in rows]
 
 
 def _assemble(
@@ -698,6 +719,28 @@ def gpus_seen_since(since: datetime) -> list[tuple[int, str]]:
     with system_context():
         rows = Gpu.objects.filter(last_seen_at__gte=since)
         return [(int(o), str(u)) for o, u in rows.values_list("operator_id", "uuid")]
+
+
+def nodes_with_gpus_seen_since(since: datetime) -> list[tuple[int, str]]:
+    """(operator id, node hostname) of every node with a GPU reported since `since`, across
+    tenants on purpose: the fleet-health fan-out evaluates a node's GPUs together."""
+    with system_context():
+        rows = (
+            Gpu.objects.filter(last_seen_at__gte=since)
+            .values_list("operator_id", "node__hostname")
+            .distinct()
+        )
+        return sorted((int(o), str(h)) for o, h in rows)
+
+
+def gpus_of_node(operator_id: int, hostname: str) -> dict[str, int | None]:
+    """GPU uuid → index of the node's registered GPUs."""
+    with tenant_context(operator_id):
+        return dict(
+            Gpu.objects.for_tenant(operator_id)
+            .filter(node__hostname=hostname)
+            .values_list("uuid", "index")
+        )
 
 
 # --- rollups of many GPUs at once, for the console's fleet pages -----------------------------

@@ -15,6 +15,7 @@ from typing import Any
 
 from contract.rows import EventRow, JobMeta, LogRow, ProcessInfo, SeriesData
 from engine.detectors import run_detectors, run_fleet_health
+from engine.store import FLEET_HEALTH_SIGNALS
 from engine.verdicts import build_verdicts
 from engine.window import JobWindow, build_gpu_window, build_job_window
 from ingest import selectors as ingest_selectors
@@ -77,6 +78,56 @@ class IngestStore:
 
     def time_range(self) -> tuple[float, float]:
         return window_cache.spans_range(self.spans)
+
+
+class _NodeHealthStore:
+    """The health signals and events of one node's GPUs, read once for all of them: the
+    `SignalStore` questions `build_gpu_window` asks, answered from memory. A node's samples
+    sit in the node's blocks, which a read per GPU would fetch and decode once per GPU."""
+
+    def __init__(self, series: list[SeriesData], events: list[EventRow]) -> None:
+        self._by_gpu: dict[str, list[SeriesData]] = {}
+        for s in series:
+            if s.info.gpu:
+                self._by_gpu.setdefault(s.info.gpu, []).append(s)
+        self._events = events
+
+    def gpu_series(
+        self, gpu: str, t0: float, t1: float, names: Iterable[str] | None = None
+    ) -> list[SeriesData]:
+        wanted = None if names is None else set(names)
+        return [s for s in self._by_gpu.get(gpu, []) if wanted is None or s.info.name in wanted]
+
+    def events(self, *, node: str, t0: float, t1: float) -> list[EventRow]:
+        return [e for e in self._events if t0 <= e.ts <= t1]
+
+    def jobs(self) -> dict[str, JobMeta]:
+        return {}  # fleet health is job-less (as IngestStore without spans)
+
+    def processes(self, job: str) -> list[ProcessInfo]:
+        return []
+
+
+def detect_node_gpus(
+    operator_id: int, hostname: str, window_s: float
+) -> list[tuple[str, tuple[float, float], list[dict[str, Any]]]]:
+    """Fleet health of every registered GPU of one node over the last `window_s` seconds, from
+    one read of the node's health signals and events: (GPU uuid, window, verdicts) each."""
+    gpus = ingest_selectors.gpus_of_node(operator_id, hostname)
+    if not gpus:
+        return []
+    t1 = time.time()
+    t0 = t1 - window_s
+    series = ingest_selectors.node_series(operator_id, hostname, t0, t1, FLEET_HEALTH_SIGNALS)
+    events = ingest_selectors.events(
+        operator_id, node=hostname, t0=t0, t1=t1, limit=window_cache.EVENT_LIMIT
+    )
+    store = _NodeHealthStore(series, events)
+    out = []
+    for gpu, index in sorted(gpus.items()):
+        window = build_gpu_window(store, gpu, hostname, index, t0, t1)
+        out.append((gpu, (t0, t1), build_verdicts(run_fleet_health(window), None)))
+    return out
 
 
 def _spans(operator_id: int, job_ids: Iterable[str]) -> dict[str, tuple[float, float]]:

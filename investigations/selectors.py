@@ -48,6 +48,13 @@ def gpus_due_for_fleet_health(now: datetime | None = None) -> list[tuple[int, st
     return ingest_selectors.gpus_seen_since(now - FLEET_ACTIVE)
 
 
+def nodes_due_for_fleet_health(now: datetime | None = None) -> list[tuple[int, str]]:
+    """(operator id, hostname) of every node with a GPU an agent reported in the last day:
+    the fleet-health pass evaluates each node's GPUs from one read of the node's data."""
+    now = now or datetime.now(UTC)
+    return ingest_selectors.nodes_with_gpus_seen_since(now - FLEET_ACTIVE)
+
+
 def list_prices(operator_id: int) -> dict[str, tuple[Decimal, str]]:
     return {
         p.gpu_model: (p.price_per_gpu_hour, p.currency)

@@ -394,6 +394,26 @@ def evaluate_fleet_health(
         return EvaluationResult("evaluated", verdicts, merge, (t0, t1))
 
 
+def evaluate_node_health(
+    operator_id: int, hostname: str, window_s: float = 6 * 3600.0
+) -> dict[str, EvaluationResult]:
+    """`gpu_degrading` for every GPU of one node, from one read of the node's data (GPU uuid →
+    result). Each GPU merges under its own lock, as `evaluate_fleet_health` does: a GPU another
+    evaluation holds is `busy` and left to it."""
+    results: dict[str, EvaluationResult] = {}
+    for gpu, (t0, t1), verdicts in live.detect_node_gpus(operator_id, hostname, window_s):
+        with evaluation_lock(f"gpu:{operator_id}:{gpu}") as acquired:
+            if not acquired:
+                results[gpu] = EvaluationResult("busy")
+                continue
+            verdicts = [v for v in verdicts if v.get("family") == GPU_DEGRADING]
+            with tenant_context(operator_id):
+                _take_write_lock()
+                merge = merge_verdicts(operator_id, verdicts, window_end=t1, gpu=gpu)
+            results[gpu] = EvaluationResult("evaluated", verdicts, merge, (t0, t1))
+    return results
+
+
 def _take_write_lock() -> None:
     """On SQLite, make the transaction's first statement a write. A transaction that reads and
     then writes cannot take the write lock once another connection (ingest) has committed

@@ -47,6 +47,13 @@ def evaluate_fleet_health(operator_id: int, gpu_id: str) -> str:
     return services.evaluate_fleet_health(_operator_id(operator_id), str(gpu_id)).status
 
 
+@shared_task(name="investigations.evaluate_node_health", ignore_result=True)
+def evaluate_node_health(operator_id: int, hostname: str) -> dict[str, str]:
+    """Fleet health of every GPU of one node (GPU uuid → status)."""
+    results = services.evaluate_node_health(_operator_id(operator_id), str(hostname))
+    return {gpu: r.status for gpu, r in results.items()}
+
+
 @shared_task(name="investigations.fan_out_job_evaluations", ignore_result=True)
 def fan_out_job_evaluations() -> int:
     """Enqueue evaluate_job for every active job, of every operator, with data no evaluation
@@ -59,10 +66,13 @@ def fan_out_job_evaluations() -> int:
 
 @shared_task(name="investigations.fan_out_fleet_health", ignore_result=True)
 def fan_out_fleet_health() -> int:
-    """Enqueue evaluate_fleet_health for every recently reported GPU of every operator."""
-    due = selectors.gpus_due_for_fleet_health()
-    for operator_id, gpu in due:
-        evaluate_fleet_health.delay(operator_id, gpu)
+    """Enqueue evaluate_node_health for every node with a recently reported GPU, of every
+    operator: one task per node reads the node's data once for all its GPUs (a task per GPU
+    fetched and decoded the node's blocks of the last 6 h once per GPU: 8 times on an 8-GPU
+    node). Returns the number of nodes."""
+    due = selectors.nodes_due_for_fleet_health()
+    for operator_id, hostname in due:
+        evaluate_node_health.delay(operator_id, hostname)
     return len(due)
 
 

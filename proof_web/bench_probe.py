@@ -4,9 +4,12 @@
 Active only where `PROOF_BENCH_PROBE` names a file (or after `install(path)`); it appends one
 JSON line per event, so several worker processes (prefork children included) can share it:
 
-- `{"event": "task", "task", "cpu_s", "wall_s", "args", "pid", "t"}` for every
+- `{"event": "task", "task", "cpu_s", "wall_s", "args", "pid", "pool_cpu_s", "t"}` for every
   `evaluate_job` / `evaluate_fleet_health` run: CPU time of the thread that ran the task body
-  (`time.thread_time()` at Celery's task_prerun and task_postrun, same thread), wall time;
+  (`time.thread_time()` at Celery's task_prerun and task_postrun, same thread), wall time, and
+  the process's decode pool CPU so far (`ingest.selectors.pool_decode_cpu_s()`: reads of more
+  than a few blocks decode on a thread pool, which the task thread's time leaves out; the bench
+  adds each process's growth over the run);
 - `{"event": "verdict", "kind", "operator", "incident", "job_pk", "family", "data_ts",
   "evaluated_through_ts", "t"}` for every notification of the hook
   (investigations.notifications), right after the evaluation that produced it committed:
@@ -26,7 +29,13 @@ from typing import Any
 from celery import signals
 
 ENV = "PROOF_BENCH_PROBE"
-MEASURED_TASKS = frozenset({"investigations.evaluate_job", "investigations.evaluate_fleet_health"})
+MEASURED_TASKS = frozenset(
+    {
+        "investigations.evaluate_job",
+        "investigations.evaluate_fleet_health",
+        "investigations.evaluate_node_health",  # the fan-out's: one node's GPUs at a time
+    }
+)
 
 _lock = threading.Lock()
 _state: dict[str, Any] = {"path": None, "started": {}, "receiver": None}
@@ -56,6 +65,9 @@ def _postrun(sender: Any = None, task_id: str | None = None, **kwargs: Any) -> N
     if began is None:
         return
     cpu0, wall0 = began
+    # Imported here for the reason _on_verdict gives: ingest's selectors import its models.
+    from ingest.selectors import pool_decode_cpu_s
+
     _write(
         {
             "event": "task",
@@ -64,6 +76,7 @@ def _postrun(sender: Any = None, task_id: str | None = None, **kwargs: Any) -> N
             "wall_s": time.perf_counter() - wall0,
             "args": list(kwargs.get("args") or ()),
             "pid": os.getpid(),
+            "pool_cpu_s": pool_decode_cpu_s(),
             "t": time.time(),
         }
     )

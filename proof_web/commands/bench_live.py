@@ -25,9 +25,11 @@ Printed per family, over seeds:
   600 s of wall time, longer than a short run.
 - missed faults (no incident of the truth's family by the end) and the controls' verdicts
   (any incident on a healthy control: must be 0).
-- **detection CPU**: thread CPU time of the `evaluate_job` / `evaluate_fleet_health` task bodies
-  (Celery task_prerun → task_postrun) per data second played = cores; × 1000 / GPUs played =
-  cores per 1,000 GPUs; and CPU per GPU per evaluation.
+- **detection CPU**: thread CPU time of the `evaluate_job` / fleet-health (`evaluate_node_health`,
+  `evaluate_fleet_health`) task bodies (Celery task_prerun → task_postrun), plus what their
+  block reads decoded on ingest's decode pool (each worker process's growth) and ingest's batch
+  screen, per data second played = cores; × 1000 / GPUs played = cores per 1,000 GPUs; and CPU
+  per GPU per evaluation.
 
 `--fleet-gpus N`: instead, N GPUs (8 a node) as `--fleet-agents` agent processes each playing a
 multi-node run of a scenario (`--fleet-faulty` of them a fault, families in turn; the others
@@ -66,7 +68,7 @@ from simulator.cli import run_options
 from simulator.scenarios import list_scenarios
 
 JOB_TASK = "investigations.evaluate_job"
-FLEET_TASK = "investigations.evaluate_fleet_health"
+FLEET_TASKS = ("investigations.evaluate_fleet_health", "investigations.evaluate_node_health")
 FAN_OUT_JOBS = "investigations.fan_out_job_evaluations"
 FAN_OUT_FLEET = "investigations.fan_out_fleet_health"
 FLEET_GPUS_PER_NODE = 8
@@ -411,10 +413,17 @@ def _cpu_lines(
         if e["event"] == "task" and (not operators or (e["args"] and e["args"][0] in operators))
     ]
     jobs = [e for e in tasks if e["task"] == JOB_TASK]
-    fleet = [e for e in tasks if e["task"] == FLEET_TASK]
+    fleet = [e for e in tasks if e["task"] in FLEET_TASKS]
     cpu_jobs = sum(e["cpu_s"] for e in jobs)
     cpu_fleet = sum(e["cpu_s"] for e in fleet)
-    cores = (cpu_jobs + cpu_fleet + screen_cpu_s) / data_s if data_s else float("nan")
+    # The decode pool's CPU (block reads of the task bodies): each process's cumulative figure
+    # grows over the run; its first task's reading holds what it decoded before (≤ one read).
+    pool: dict[int, list[float]] = {}
+    for e in tasks:
+        if "pool_cpu_s" in e:
+            pool.setdefault(int(e["pid"]), []).append(float(e["pool_cpu_s"]))
+    cpu_pool = sum(max(v) - min(v) for v in pool.values())
+    cores = (cpu_jobs + cpu_fleet + cpu_pool + screen_cpu_s) / data_s if data_s else float("nan")
     per_1000 = cores * 1000 / gpus if gpus else float("nan")
     per_gpu_eval = [
         e["cpu_s"] / gpus_per_job[(e["args"][0], e["args"][1])]
@@ -423,8 +432,9 @@ def _cpu_lines(
     ]
     lines = [
         f"detection CPU: evaluate_job {len(jobs)} runs {cpu_jobs:.1f} s CPU "
-        f"({(cpu_jobs / len(jobs) * 1000) if jobs else 0:.0f} ms each), evaluate_fleet_health "
-        f"{len(fleet)} runs {cpu_fleet:.1f} s CPU, ingest's batch screen {screen_batches} "
+        f"({(cpu_jobs / len(jobs) * 1000) if jobs else 0:.0f} ms each), fleet health (per node) "
+        f"{len(fleet)} runs {cpu_fleet:.1f} s CPU, their block decoding on the pool "
+        f"{cpu_pool:.1f} s CPU, ingest's batch screen {screen_batches} "
         f"batches {screen_cpu_s:.1f} s CPU, over {data_s:,.0f} data s of {gpus} GPUs",
         f"  = {cores:.4f} cores at {gpus} GPUs → {per_1000:.3f} cores per 1,000 GPUs "
         "(CPU s per data s, × 1000 / GPUs)",
