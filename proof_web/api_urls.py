@@ -1,12 +1,13 @@
 """REST API v1: each app registers its viewsets on this one router; the OpenAPI schema and
 Swagger UI (assets from Proof's own static files) sit beside them."""
 
-from django.urls import path
+from django.urls import path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.routers import DefaultRouter
 
 from investigations.api.urls import register as register_investigations
 from notify.api.urls import register as register_notify
+from tenants.api.errors import UNKNOWN_ENDPOINT, unknown_endpoint
 from tenants.api.urls import register as register_tenants
 
 router = DefaultRouter()
@@ -19,4 +20,6 @@ urlpatterns = [
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     *router.urls,
+    # Last: any other path under /api/v1/ is a 404 in the API's one error shape.
+    re_path(r"^(?P<rest>.*)$", unknown_endpoint, name=UNKNOWN_ENDPOINT),
 ]

@@ -18,7 +18,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
-from django.http import Http404
+from django.http import (
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    HttpResponsePermanentRedirect,
+    JsonResponse,
+)
+from django.urls import Resolver404, resolve
 from rest_framework import exceptions, serializers
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
@@ -126,6 +133,23 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         response.status_code, response.data, _code_of(exc, response.status_code)
     )
     return response
+
+
+UNKNOWN_ENDPOINT = "api-unknown"
+
+
+def unknown_endpoint(request: HttpRequest, rest: str = "") -> HttpResponse:
+    """The last route under /api/v1/: a path no endpoint has is a 404 in the error shape, not
+    Django's HTML page. Being a route, it would stop CommonMiddleware's APPEND_SLASH redirect,
+    so it redirects a GET to the same path with the slash when an endpoint has that one."""
+    if not request.path_info.endswith("/") and request.method in ("GET", "HEAD"):
+        try:
+            match = resolve(request.path_info + "/")
+        except Resolver404:
+            match = None
+        if match is not None and match.url_name != UNKNOWN_ENDPOINT:
+            return HttpResponsePermanentRedirect(request.get_full_path(force_append_slash=True))
+    return JsonResponse(error_body(404, None), status=404)
 
 
 class ErrorDetailSerializer(serializers.Serializer[dict[str, Any]]):

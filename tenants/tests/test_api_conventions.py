@@ -95,6 +95,19 @@ def test_404_on_another_operators_id_reads_exactly_like_a_missing_id(a: Tenant, 
     assert refused.content == absent.content
 
 
+def test_a_path_no_endpoint_has_is_a_404_in_the_error_shape(a: Tenant) -> None:
+    client = session(a.operator_admin)
+    for path in ("/api/v1/nope/", "/api/v1/customers/1/nope/", "/api/v1/customers/x/y/z"):
+        response = client.get(path)
+        assert response.status_code == 404, path
+        assert response.json() == {
+            "error": {"status": 404, "code": "not_found", "message": "Not found."}
+        }
+    # The trailing slash is still added for a path that has an endpoint with it.
+    response = client.get("/api/v1/customers?page_size=2")
+    assert (response.status_code, response["Location"]) == (301, "/api/v1/customers/?page_size=2")
+
+
 # --- cursor pages ------------------------------------------------------------------------------
 
 
