@@ -536,7 +536,12 @@ def merge_verdicts(
         if not material and end <= _ts(incident.last_seen):
             continue  # the same evidence seen again: nothing new
         previous_category = incident.category
+        previous_verdict = incident.verdict
         incident.verdict = {**verdict, "id": str(incident.public_id)}
+        if not material and "investigation" in previous_verdict:
+            # The same revision seen again: its investigation (explain_services) still stands.
+            for key in ("explanation", "investigation"):
+                incident.verdict[key] = previous_verdict[key]
         incident.category = str(verdict.get("category") or incident.category)
         incident.confidence = float(verdict.get("confidence") or 0.0)
         incident.title = str(verdict.get("title") or "")[:300]

@@ -15,6 +15,11 @@ The fan-out tasks read across tenants (system_context) and only enqueue.
 `enqueue_evaluation` answers the services' `investigations.signals.evaluation_due` (sent after
 the commit that stored a job's data) with `evaluate_job.apply_async`, so the services never
 import this module.
+
+`enqueue_explanation` hears each new verdict revision being saved (Django's post_save of
+`VerdictRevision`) and, after its commit, enqueues `explain_verdict` for it: the investigation
+agent's cited explanation (investigations/explain_services.py, docs/investigations.md). The
+verdict never waits for it; a revision superseded before its turn is skipped.
 """
 
 from __future__ import annotations
@@ -23,9 +28,13 @@ import logging
 from typing import Any
 
 from celery import shared_task
+from django.conf import settings
+from django.db import transaction
+from django.db.models.signals import post_save
 from django.dispatch import receiver
 
-from investigations import selectors, services
+from investigations import explain_services, selectors, services
+from investigations.models import RevisionKind, VerdictRevision
 from investigations.signals import evaluation_due
 
 log = logging.getLogger(__name__)
@@ -82,3 +91,24 @@ def enqueue_evaluation(
 ) -> None:
     """A job's new data is due for an evaluation: enqueue the task, `countdown` s from now."""
     evaluate_job.apply_async((operator_id, job_pk), countdown=countdown)
+
+
+@shared_task(name="investigations.explain_verdict", ignore_result=True)
+def explain_verdict(operator_id: int, incident_pk: int, revision: int) -> str:
+    """The investigation agent's explanation of one verdict revision."""
+    return explain_services.explain_incident(
+        _operator_id(operator_id), int(incident_pk), int(revision)
+    )
+
+
+@receiver(
+    post_save, sender=VerdictRevision, dispatch_uid="investigations.tasks.enqueue_explanation"
+)
+def enqueue_explanation(
+    sender: Any, *, instance: VerdictRevision, created: bool, **kwargs: Any
+) -> None:
+    """A new verdict revision (not a resolve): explain it once its transaction commits."""
+    if not created or not settings.PROOF_EXPLAIN or instance.kind == RevisionKind.RESOLVED:
+        return
+    args = (instance.operator_id, instance.incident_id, instance.number)
+    transaction.on_commit(lambda: explain_verdict.delay(*args))

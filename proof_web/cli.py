@@ -29,8 +29,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "benchmarks: `proof bench ingest` (throughput, latency, footprint), `proof bench live` "
         "(onset → verdict delay, detection CPU), `proof bench console` (page server time)",
     ),
-    "analyze": ("engine.analyze", "run the detectors on a trace file, print verdicts"),
-    "eval": ("engine.evaluation", "score the detectors on every simulator scenario"),
+    # engine.analyze / engine.evaluation, plus --explain (the investigator sits above the engine,
+    # so its flag is wired in the command layer)
+    "analyze": ("proof_web.commands.analyze", "run the detectors on a trace file, print verdicts"),
+    "eval": ("proof_web.commands.eval", "score the detectors on every simulator scenario"),
     "simulate": ("simulator.cli", "write a simulated GPU-fleet trace for a scenario (no database)"),
 }
 

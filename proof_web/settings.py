@@ -208,6 +208,18 @@ LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
 
+# --- The investigation agent (investigator/, docs/investigations.md) --------------------------
+# Explain each new verdict revision on a local model (the investigations.explain_verdict task,
+# enqueued after the revision's commit). Off under tests: the suites that need it run it.
+PROOF_EXPLAIN = env_bool("PROOF_EXPLAIN", PROOF_ENV != "test")
+# A GGUF file instead of the default model package's (the explain extra).
+PROOF_EXPLAIN_MODEL_PATH = env_optional("PROOF_EXPLAIN_MODEL_PATH")
+# A local OpenAI-compatible server (llama-server, vLLM) instead of the in-process model, and the
+# model name it serves. Hosts outside loopback/private ranges are refused unless allowed.
+PROOF_EXPLAIN_ENDPOINT = env_optional("PROOF_EXPLAIN_ENDPOINT")
+PROOF_EXPLAIN_ENDPOINT_MODEL = env_str("PROOF_EXPLAIN_ENDPOINT_MODEL", "default")
+PROOF_EXPLAIN_ALLOW_REMOTE = env_bool("PROOF_EXPLAIN_ALLOW_REMOTE", False)
+
 # --- Notifications: chat, paging, webhooks, e-mail (notify/, docs/notifications.md) -----------
 # The console's address as people outside reach it: messages link to its verdict pages.
 PROOF_PUBLIC_URL = env_str("PROOF_PUBLIC_URL", "http://127.0.0.1:8000")

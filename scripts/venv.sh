@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Creates .venv (if missing) and installs Proof into it with the given extras, comma-separated
-# (default: dev; scripts/test.sh passes dev,workloads).
+# (default: dev; scripts/test.sh passes dev,workloads, scripts/demo.sh server). The explain extra
+# is always added: live and offline verdicts get the local model's explanation (docs/investigations.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-extras="${1:-dev}"
+extras="${1:-dev},explain"  # explain: the investigation agent's local model (pyproject.toml)
 python="${PYTHON:-python3}"
 if [ ! -x .venv/bin/python ]; then
   "$python" -m venv .venv

