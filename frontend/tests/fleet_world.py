@@ -62,8 +62,10 @@ def store_gpu(
     )
 
 
-def roll_up(operator_id: int, hours: int = 2) -> None:
-    """The hourly rollups of the last `hours` hours, as the ingest-rollups task builds them."""
+def roll_up(operator_id: int, hours: int = 3) -> None:
+    """The hourly rollups of the last `hours` hours, as the ingest-rollups task builds them
+    (it rebuilds the last 3). Three, not two: a reading 65 min old falls in the hour before the
+    previous one during each hour's first 5 minutes."""
     current = int(time.time() * 1000) // HOUR_MS * HOUR_MS
     for back in range(hours):
         ingest_services.build_rollups(operator_id, current - back * HOUR_MS)
