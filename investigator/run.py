@@ -15,6 +15,7 @@ always either validated model text or the template: never unchecked text.
 from __future__ import annotations
 
 import json
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,18 +25,26 @@ from investigator import validate
 from investigator.model import Writer
 from investigator.tools import ToolResult, run_procedure
 
-MAX_TOKENS = 220  # ~10 s at the default model's ~22 tokens/s on 2 cores
-MAX_EXPLANATION_CHARS = 420
-MAX_NOTE_CHARS = 100
-PROMPT_EVIDENCE = 10  # evidence lines shown to the model (the finding's own come first)
-PROMPT_NOTE_CHARS = 70
+MAX_TOKENS = 200  # the answer is ~80–150 tokens; a runaway string stops here
+MIN_EXPLANATION_CHARS = 60  # a bare time or family name is no explanation (measured: both)
+MAX_EXPLANATION_CHARS = 260
+RETRY_TEMPERATURE = 0.4
+PROMPT_EVIDENCE = 8  # evidence lines shown to the model (the finding's own come first)
+PROMPT_NOTE_CHARS = 50
+
+_CITATIONS = re.compile(r"\s*\[[^\]]*\]")
 
 SYSTEM = (
     "You explain a verdict on a GPU job that Proof's detectors already decided. Write 2 or 3 "
     "short sentences: what happened, where, and what it cost. Use ONLY the facts given; copy "
     "numbers, ranks, node names and times exactly as written; put the id of each fact you use "
     "in brackets, like [e1] or [t2]. Never name another failure family. In ruled_out list the "
-    "checks the procedure concluded clear, each citing the ids that show it."
+    "checks the procedure concluded clear, each with the ids its line shows.\n"
+    "Example (another verdict): "
+    '{"family": "checkpoint_stall", "category": "infrastructure", "explanation": "Every '
+    "checkpoint save froze all 16 ranks for 41.5 s [e1] while write latency on /mnt/ckpt rose "
+    'to 912 ms [e2]; the job lost 1.9 GPU-hours [e4].", "cited": ["e1", "e2", "e4"], '
+    '"ruled_out": {"fabric": ["t5"]}}'
 )
 
 
@@ -93,30 +102,41 @@ class Investigation:
 
 
 def answer_schema(
-    verdict: dict[str, Any], ids: list[str], clear_checks: list[str]
+    verdict: dict[str, Any], ids: list[str], shown_by: dict[str, list[str]]
 ) -> dict[str, Any]:
+    """The answer's JSON schema: the detector's family and category, a bounded explanation,
+    citations and ruled-out checks drawn from what exists. Every token the model writes costs
+    ~0.1–0.2 s on 2 cores with the grammar, so the ruled-out checks are ids, not prose: their
+    note is the procedure's own conclusion (compose()). `shown_by`: each check the procedure
+    found clear → the ids that show it."""
+    clear_checks = list(shown_by)
+    # One key per check the procedure found clear, each taking ids of that check only: the
+    # 270M default model, left an open list, ruled the same check out three times citing the
+    # job's evidence (measured); a bigger model through an endpoint gets the same schema.
     ruled_out: dict[str, Any] = {
-        "type": "array",
-        "maxItems": max(1, len(clear_checks)),
-        "items": {
-            "type": "object",
-            "properties": {
-                "check": {"enum": clear_checks or ["job"]},
-                "evidence": {"type": "array", "items": {"enum": ids}, "minItems": 1, "maxItems": 2},
-                "note": {"type": "string", "maxLength": MAX_NOTE_CHARS},
-            },
-            "required": ["check", "evidence", "note"],
+        "type": "object",
+        "properties": {
+            check: {
+                "type": "array",
+                "items": {"enum": shown_by[check]},
+                "minItems": 1,
+                "maxItems": 2,
+            }
+            for check in clear_checks
         },
+        "required": clear_checks,
     }
-    if not clear_checks:
-        ruled_out["maxItems"] = 0
     return {
         "type": "object",
         "properties": {
             "family": {"enum": [verdict["family"]]},
             "category": {"enum": [verdict["category"]]},
-            "explanation": {"type": "string", "maxLength": MAX_EXPLANATION_CHARS},
-            "cited": {"type": "array", "items": {"enum": ids}, "minItems": 1, "maxItems": 4},
+            "explanation": {
+                "type": "string",
+                "minLength": MIN_EXPLANATION_CHARS,
+                "maxLength": MAX_EXPLANATION_CHARS,
+            },
+            "cited": {"type": "array", "items": {"enum": ids}, "minItems": 1, "maxItems": 3},
             "ruled_out": ruled_out,
         },
         "required": ["family", "category", "explanation", "cited", "ruled_out"],
@@ -159,13 +179,19 @@ def _could_not_see(verdict: dict[str, Any]) -> str:
     return text[at:] if at >= 0 else ""
 
 
-def compose(answer: dict[str, Any], verdict: dict[str, Any]) -> str:
-    """The published text: the model's explanation, its ruled-out checks, and the verdict's
-    "Could not see: …" (design.md §7: the explanation ends with it when sources were missing)."""
-    text = str(answer.get("explanation") or "").strip()
+def compose(answer: dict[str, Any], verdict: dict[str, Any], steps: list[ToolResult]) -> str:
+    """The published text: the model's explanation, the checks it ruled out (each with the
+    procedure's own conclusion and the ids the model cited for it), and the verdict's "Could not
+    see: …" (design.md §7: the explanation ends with it when sources were missing)."""
+    text = str(answer.get("explanation") or "").strip().rstrip(".")
+    cited = [str(c) for c in answer.get("cited") or []]
+    if cited and not _CITATIONS.search(text):
+        text += f" [{', '.join(cited)}]"  # its citations, where the text has none inline
+    if text:
+        text += "."
+    concluded = {s.check: _reason(s.concluded) for s in steps}
     ruled = [
-        f"{r['check']}: {str(r.get('note') or '').strip().rstrip('.')} "
-        f"[{', '.join(r.get('evidence') or [])}]"
+        f"{r['check']}: {concluded.get(str(r['check']), '')} [{', '.join(r.get('evidence') or [])}]"
         for r in answer.get("ruled_out") or []
     ]
     if ruled:
@@ -173,12 +199,30 @@ def compose(answer: dict[str, Any], verdict: dict[str, Any]) -> str:
     return text + _could_not_see(verdict)
 
 
+def _reason(concluded: str) -> str:
+    """A step's conclusion without its verdict word and citations: "no InfiniBand errors …"."""
+    reason = concluded.split(":", 1)[1] if ":" in concluded else concluded
+    return _CITATIONS.sub("", reason).strip().rstrip(".")
+
+
 def _parse(text: str) -> dict[str, Any] | None:
+    """The answer, its ruled-out checks as a list of {"check", "evidence"} (the schema's
+    object of check → ids, or a list as a model not held to the schema may write)."""
     try:
         value = json.loads(text)
     except json.JSONDecodeError:
         return None
-    return value if isinstance(value, dict) else None
+    if not isinstance(value, dict):
+        return None
+    ruled = value.get("ruled_out")
+    if isinstance(ruled, dict):
+        value["ruled_out"] = [
+            {"check": str(k), "evidence": [str(i) for i in (v if isinstance(v, list) else [v])]}
+            for k, v in ruled.items()
+        ]
+    elif not isinstance(ruled, list):
+        value["ruled_out"] = []
+    return value
 
 
 def investigate(
@@ -195,13 +239,20 @@ def investigate(
     facts = validate.collect_facts(verdict, steps, ranks)
     inv = Investigation(model=writer.name, steps=steps)
     ids = sorted(facts.ids, key=lambda i: (i[0], int(i[1:])))
-    clear_checks = [s.check for s in steps if s.result == "clear"]
-    schema = answer_schema(verdict, ids, clear_checks)
+    shown_by = {
+        s.check: sorted(validate.shown_by(s) & facts.ids, key=lambda i: (i[0], int(i[1:])))
+        for s in steps
+        if s.result == "clear"
+    }
+    schema = answer_schema(verdict, ids, {c: v for c, v in shown_by.items() if v})
     messages = prompt(verdict, steps)
-    for _ in range(1 + retries):
+    for attempt in range(1 + retries):
         a0 = time.perf_counter()
         try:
-            reply = writer.write(messages, schema, MAX_TOKENS)
+            # a retry samples a little: at temperature 0 the same prompt gives the same answer
+            reply = writer.write(
+                messages, schema, MAX_TOKENS, RETRY_TEMPERATURE if attempt else 0.0
+            )
         except Exception as exc:  # a model that cannot answer must not lose the verdict
             inv.error = f"{type(exc).__name__}: {exc}"[:300]
             break
@@ -211,7 +262,7 @@ def investigate(
         else:
             complaints = validate.check(answer, verdict, facts, steps)
             if not complaints:
-                complaints = validate.check_text(compose(answer, verdict), facts)
+                complaints = validate.check_text(compose(answer, verdict, steps), facts)
         inv.attempts.append(
             Attempt(
                 answer,
@@ -222,19 +273,20 @@ def investigate(
             )
         )
         if not complaints and answer is not None:
-            inv.explanation = compose(answer, verdict)
+            inv.explanation = compose(answer, verdict, steps)
             inv.validated = True
             inv.ruled_out = list(answer.get("ruled_out") or [])
             inv.cited = [str(c) for c in answer.get("cited") or []]
             break
+        base = prompt(verdict, steps)
         messages = [
-            *messages,
-            {"role": "assistant", "content": reply.text[:1500]},
+            base[0],
             {
                 "role": "user",
-                "content": "Rejected: "
+                "content": base[1]["content"]
+                + "\nA previous answer was rejected: "
                 + "; ".join(complaints[:6])
-                + ". Write it again using only the facts given, copied exactly.",
+                + ". Use only the facts above, copied exactly.",
             },
         ]
     if not inv.validated:

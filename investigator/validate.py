@@ -12,7 +12,8 @@ in the tools' findings. `check()` then reads the model's answer and complains ab
   and 25%, a share 0.246 backs 24.6%);
 - a "rank N" that is not one of the job's ranks, a clock time that is no evidence's, a mount
   path that no evidence names;
-- a ruled-out hypothesis that the clearance implicates, or one citing no evidence.
+- a ruled-out check that the procedure implicated or did not see, or one citing no evidence
+  or evidence of another check.
 
 An answer with no complaint is valid; the complaints are what the retry is told.
 """
@@ -140,6 +141,12 @@ def collect_facts(
     return f
 
 
+def shown_by(step: ToolResult) -> set[str]:
+    """The ids that show a check: its findings, and the evidence its conclusion cites."""
+    cited = {c.strip() for g in _CITE.findall(step.concluded) for c in g.split(",")}
+    return {f.id for f in step.findings} | cited
+
+
 def _decimals(text: str) -> int:
     return len(text.split(".", 1)[1]) if "." in text else 0
 
@@ -231,7 +238,12 @@ def check(
     implicated = {
         c.get("check") for c in verdict.get("cleared") or [] if c.get("result") == "implicated"
     }
+    tools = list(tools)
     concluded = {t.check: t.result for t in tools}
+    shown = {t.check: shown_by(t) for t in tools}
+    ruled = [str(r.get("check")) for r in answer.get("ruled_out") or []]
+    for chk in sorted({c for c in ruled if ruled.count(c) > 1}):
+        complaints.append(f"rules out {chk} more than once")
     for r in answer.get("ruled_out") or []:
         chk = str(r.get("check"))
         if chk not in CHECKS:
@@ -247,6 +259,8 @@ def check(
         for e in ev:
             if e not in facts.ids:
                 complaints.append(f"ruled_out {chk} cites {e}, which does not exist")
+            elif e not in shown.get(chk, set()):
+                complaints.append(f"ruled_out {chk} cites {e}, which is not {chk} evidence")
         complaints += [f"ruled_out {chk}: {c}" for c in check_text(str(r.get("note") or ""), facts)]
     # one complaint per distinct problem, in order
     return list(dict.fromkeys(complaints))
