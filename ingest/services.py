@@ -166,7 +166,8 @@ def store_batch(operator_id: int, batch: DecodedBatch, now: datetime | None = No
         if not _claim_receipt(operator_id, batch, now):
             return StoreOutcome(StoreStatus.DUPLICATE, batch.sample_count)
         node_ids = _ensure_nodes(operator_id, _node_names(batch), now)
-        _touch_nodes(node_ids.values(), now)
+        touched = _touch_nodes(node_ids.values(), now)
+        _touch_gpus(operator_id, batch, node_ids, touched, now)
         job_ids = _ensure_jobs(operator_id, batch, now)
         series_ids = _resolve_series(operator_id, batch.series, node_ids, job_ids)
         write_blocks(_block_rows(operator_id, batch, series_ids, node_ids))
@@ -278,7 +279,7 @@ def _ensure_nodes(operator_id: int, names: set[str], now: datetime) -> dict[str,
     return found
 
 
-def _touch_nodes(node_pks: Iterable[int], now: datetime) -> None:
+def _touch_nodes(node_pks: Iterable[int], now: datetime) -> set[int]:
     """Move the batch's nodes' last_seen_at to `now`, for those not touched within
     NODE_SEEN_INTERVAL_S by this process (one statement for all of them).
 
@@ -288,7 +289,7 @@ def _touch_nodes(node_pks: Iterable[int], now: datetime) -> None:
     tick = time.monotonic()
     due = sorted(pk for pk in node_pks if tick - _node_seen.get(pk, -1e18) >= NODE_SEEN_INTERVAL_S)
     if not due:
-        return
+        return set()
     stale = Node.objects.filter(
         Q(last_seen_at__isnull=True) | Q(last_seen_at__lt=now), id__in=due
     ).order_by("id")
@@ -298,6 +299,46 @@ def _touch_nodes(node_pks: Iterable[int], now: datetime) -> None:
     with _cache_lock:
         for pk in due:
             _node_seen[pk] = tick
+    return set(due)
+
+
+def _touch_gpus(
+    operator_id: int,
+    batch: DecodedBatch,
+    node_ids: dict[str, int],
+    touched: set[int],
+    now: datetime,
+) -> None:
+    """The GPUs whose samples the batch carries, on the nodes `_touch_nodes` just touched: each
+    gets its inventory row if it has none (an agent whose Register listed no GPUs, or a GPU
+    that appeared since) and its last_seen_at moved to `now`, at the nodes' cadence (two
+    statements per interval, not per batch). A GPU was "seen" only when its agent registered:
+    one streaming for over a day dropped out of the fleet-health pass and the heat map."""
+    if not touched:
+        return
+    seen: dict[str, tuple[int, int | None]] = {}
+    for key in batch.series:
+        if key.gpu and key.gpu not in seen:
+            node = node_ids.get(key.node)
+            if node in touched:
+                seen[key.gpu] = (node, key.gpu_index)
+    if not seen:
+        return
+    Gpu.objects.bulk_create(
+        [
+            Gpu(operator_id=operator_id, node_id=node, uuid=uuid, index=index, last_seen_at=now)
+            for uuid, (node, index) in sorted(seen.items())
+        ],
+        ignore_conflicts=True,  # registered already (or by a concurrent batch): updated below
+    )
+    stale = Gpu.objects.filter(
+        Q(last_seen_at__isnull=True) | Q(last_seen_at__lt=now),
+        operator_id=operator_id,
+        uuid__in=list(seen),
+    ).order_by("id")
+    if connection.features.has_select_for_update_skip_locked:
+        stale = stale.select_for_update(skip_locked=True, no_key=True)
+    Gpu.objects.filter(id__in=stale.values("id")).update(last_seen_at=now)
 
 
 def _job_refs(batch: DecodedBatch) -> set[str]:

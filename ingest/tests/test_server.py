@@ -135,7 +135,16 @@ def test_register_records_node_and_gpus(server: IngestServer) -> None:
     )
     again.close()
     with tenant_context(tenant.operator.pk):
-        assert Gpu.objects.for_tenant(tenant.operator.pk).count() == 1
+        # Registering again adds no second row; the batch's own GPUs (of node-a, which never
+        # registered) are in the inventory from their samples.
+        gpus = Gpu.objects.for_tenant(tenant.operator.pk)
+        assert list(gpus.filter(node__hostname="gpu-node-7").values_list("uuid", flat=True)) == [
+            "GPU-aaa"
+        ]
+        assert set(gpus.exclude(node__hostname="gpu-node-7").values_list("uuid", flat=True)) == {
+            "GPU-node-a-0",
+            "GPU-node-a-1",
+        }
 
 
 def test_operator_a_agent_cannot_write_into_operator_b(server: IngestServer) -> None:

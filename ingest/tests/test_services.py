@@ -12,7 +12,7 @@ from django.db import connection
 
 from contract import signals
 from ingest import blocks, selectors, services
-from ingest.models import BatchReceipt, Job, JobRank, LogLine, Node, Process, Series
+from ingest.models import BatchReceipt, Gpu, Job, JobRank, LogLine, Node, Process, Series
 from ingest.processing import Limits, decode_batch
 from ingest.storage import BLOCK_TABLE
 from ingest.tests.helpers import gpu_batch
@@ -281,6 +281,52 @@ def test_batches_move_node_last_seen_at_forward_at_most_once_per_interval() -> N
     later = t0 + timedelta(seconds=90)
     services.store_batch(op, decode_batch(gpu_batch(sequence=3), LIMITS), now=later)
     assert seen() == later
+
+
+def test_gpus_a_batch_carries_are_in_the_inventory_and_seen_at_the_nodes_cadence() -> None:
+    """A GPU streaming samples is in the inventory and "seen" whether or not its agent's
+    Register listed it, and stays seen while it streams: the fleet-health pass and the heat map
+    take the GPUs seen in the last day, and one registered 25 h ago was no longer among them."""
+    tenant = make_tenant("ing-gpu-seen")
+    op = tenant.operator.pk
+    t0 = datetime.now(UTC) - timedelta(hours=25)
+    # GPU 0 registered a day ago with its model; GPU 1 never registered.
+    services.register_agent(
+        op,
+        agent_id="agent-1",
+        hostname="node-a",
+        agent_version="test",
+        gpus=[{"uuid": "GPU-node-a-0", "index": 0, "model": "H100"}],
+        now=t0,
+    )
+
+    def inventory() -> dict[str, tuple[int | None, str, datetime | None]]:
+        with tenant_context(op):
+            return {
+                uuid: (index, model, seen)
+                for uuid, index, model, seen in Gpu.objects.for_tenant(op).values_list(
+                    "uuid", "index", "model", "last_seen_at"
+                )
+            }
+
+    services._node_seen.clear()
+    now = datetime.now(UTC)
+    services.store_batch(op, decode_batch(gpu_batch(sequence=1), LIMITS), now=now)
+    assert inventory() == {"GPU-node-a-0": (0, "H100", now), "GPU-node-a-1": (1, "", now)}
+    assert "GPU-node-a-1" in {g for o, g in selectors.gpus_seen_since(now - timedelta(days=1))}
+    # Within the node's interval nothing is written again; after it, last_seen_at moves.
+    services.store_batch(op, decode_batch(gpu_batch(sequence=2), LIMITS), now=now + timedelta(1))
+    assert inventory()["GPU-node-a-1"][2] == now
+    services._node_seen.clear()
+    later = now + timedelta(seconds=90)
+    services.store_batch(op, decode_batch(gpu_batch(sequence=3), LIMITS), now=later)
+    assert {seen for _i, _m, seen in inventory().values()} == {later}
+    # Another operator's batch with the same GPU ids makes rows of its own only.
+    other = make_tenant("ing-gpu-seen-b").operator.pk
+    services.store_batch(other, decode_batch(gpu_batch(sequence=1), LIMITS), now=later)
+    assert inventory()["GPU-node-a-0"] == (0, "H100", later)
+    with tenant_context(other):
+        assert Gpu.objects.for_tenant(other).count() == 2
 
 
 def test_blocks_of_format_1_and_format_2_read_back_together(
