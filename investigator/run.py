@@ -25,9 +25,9 @@ from investigator import validate
 from investigator.model import Writer
 from investigator.tools import ToolResult, run_procedure
 
-MAX_TOKENS = 200  # the answer is ~80–150 tokens; a runaway string stops here
+MAX_TOKENS = 240  # the answer is ~80–160 tokens; a runaway string stops here
 MIN_EXPLANATION_CHARS = 60  # a bare time or family name is no explanation (measured: both)
-MAX_EXPLANATION_CHARS = 260
+MAX_EXPLANATION_CHARS = 220
 RETRY_TEMPERATURE = 0.4
 PROMPT_EVIDENCE = 8  # evidence lines shown to the model (the finding's own come first)
 PROMPT_NOTE_CHARS = 50
@@ -183,7 +183,7 @@ def compose(answer: dict[str, Any], verdict: dict[str, Any], steps: list[ToolRes
     """The published text: the model's explanation, the checks it ruled out (each with the
     procedure's own conclusion and the ids the model cited for it), and the verdict's "Could not
     see: …" (design.md §7: the explanation ends with it when sources were missing)."""
-    text = str(answer.get("explanation") or "").strip().rstrip(".")
+    text = _complete_part(str(answer.get("explanation") or "").strip()).rstrip(".")
     cited = [str(c) for c in answer.get("cited") or []]
     if cited and not _CITATIONS.search(text):
         text += f" [{', '.join(cited)}]"  # its citations, where the text has none inline
@@ -197,6 +197,16 @@ def compose(answer: dict[str, Any], verdict: dict[str, Any], steps: list[ToolRes
     if ruled:
         text += " Ruled out: " + "; ".join(ruled) + "."
     return text + _could_not_see(verdict)
+
+
+def _complete_part(text: str) -> str:
+    """The explanation up to its last complete clause when the length limit cut it inside a
+    citation ("… outside saves [e"): text is only ever dropped here, never added."""
+    if text.count("[") <= text.count("]"):
+        return text
+    head = text[: text.rfind("[")].rstrip()
+    cut = max(head.rfind(";"), head.rfind(". "), head.rfind(","))
+    return head[:cut].rstrip() if cut > 0 else head
 
 
 def _reason(concluded: str) -> str:

@@ -91,9 +91,23 @@ def _clearance(verdict: dict[str, Any], check: str) -> dict[str, Any] | None:
     return None
 
 
+# Where each infrastructure family places its cause: that check is implicated by the detector's
+# decision, whatever a counter says (a slow rank's throttled clock moves no error counter; a
+# degrading GPU's fleet verdict has no clearance at all). Every job family places it in the job.
+FAMILY_CHECK: dict[str, str] = {
+    "slow_rank": "hardware",
+    "hardware_fault": "hardware",
+    "gpu_degrading": "hardware",
+    "fabric_degraded": "fabric",
+    "checkpoint_stall": "storage",
+}
+
+
 def _conclude(verdict: dict[str, Any], check: str, seen: bool) -> tuple[str, str]:
     c = _clearance(verdict, check)
     blamed = {"job": "job", "infrastructure": None}.get(str(verdict.get("category")))
+    if FAMILY_CHECK.get(str(verdict.get("family"))) == check:
+        return "implicated", f"implicated: the {verdict['family']} detector places the cause here"
     if c is not None:
         ids = ", ".join(c.get("evidence") or [])
         cite = f" [{ids}]" if ids else ""

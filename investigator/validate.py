@@ -12,6 +12,7 @@ in the tools' findings. `check()` then reads the model's answer and complains ab
   and 25%, a share 0.246 backs 24.6%);
 - a "rank N" that is not one of the job's ranks, a clock time that is no evidence's, a mount
   path that no evidence names;
+- the same three-word phrase three times (a small model looping);
 - a ruled-out check that the procedure implicated or did not see, or one citing no evidence
   or evidence of another check.
 
@@ -162,6 +163,21 @@ def number_backed(text: str, facts: Facts) -> bool:
     return any(abs(x - abs(n)) <= tol for n in facts.numbers)
 
 
+# A three-word phrase said this often is a small model looping, not an explanation.
+REPEAT_LIMIT = 3
+
+
+def _repeated_phrase(text: str) -> str | None:
+    words = re.findall(r"[\w.-]+", text.lower())
+    counts: dict[tuple[str, ...], int] = {}
+    for i in range(len(words) - 2):
+        key = tuple(words[i : i + 3])
+        counts[key] = counts.get(key, 0) + 1
+        if counts[key] >= REPEAT_LIMIT:
+            return " ".join(key)
+    return None
+
+
 def _other_family_named(text: str, family: str) -> list[str]:
     low = text.lower()
     return [
@@ -224,6 +240,9 @@ def check(
     text = str(answer.get("explanation") or "").strip()
     if len(text) < 20:
         complaints.append("the explanation is empty or too short")
+    repeated = _repeated_phrase(text)
+    if repeated:
+        complaints.append(f"the explanation repeats {repeated!r}")
     others = _other_family_named(text, str(family))
     if others:
         complaints.append(f"the explanation names another family ({', '.join(others)})")

@@ -106,3 +106,20 @@ def test_ruling_out_what_the_procedure_implicated_is_rejected(checked: Any) -> N
     composed = compose(_answer(verdict, text, ruled_out=[ok]), verdict, steps)
     assert "Ruled out: fabric: no InfiniBand errors" in composed
     assert validate.check_text(composed, facts) == []
+
+
+def test_a_looping_answer_is_rejected(checked: Any) -> None:
+    verdict, facts, steps = checked
+    loop = "rank 7 was slow, job type: job, job type: job, job type: job [e1]."
+    complaints = validate.check(_answer(verdict, loop), verdict, facts, steps)
+    assert "the explanation repeats 'job type job'" in complaints
+
+
+def test_an_explanation_cut_inside_a_citation_is_published_up_to_its_last_clause(
+    checked: Any,
+) -> None:
+    verdict, facts, steps = checked
+    cut = _good_text(verdict).replace(" and lost", "; and lost").split("[e6]")[0][:-12] + " [e"
+    composed = compose(_answer(verdict, cut), verdict, steps)
+    assert composed.startswith(_good_text(verdict).split(";")[0].split(" and lost")[0])
+    assert "[e." not in composed and validate.check_text(composed, facts) == []
