@@ -12,6 +12,8 @@ in the tools' findings. `check()` then reads the model's answer and complains ab
   and 25%, a share 0.246 backs 24.6%);
 - a "rank N" that is not one of the job's ranks, a clock time that is no evidence's, a mount
   path that no evidence names;
+- a causal claim of its own ("caused by", "because", "due to", ...): the cause is the
+  detector's finding, the model states the evidence;
 - the same three-word phrase three times (a small model looping);
 - a ruled-out check that the procedure implicated or did not see, or one citing no evidence
   or evidence of another check.
@@ -163,6 +165,12 @@ def number_backed(text: str, facts: Facts) -> bool:
     return any(abs(x - abs(n)) <= tol for n in facts.numbers)
 
 
+# The detectors decide the cause; a causal claim of the model's own is the unsupported causal
+# chain users of such tools complain of (measured: "GPUs that are not properly cooled", from the
+# 270M model on a degrading GPU whose evidence says nothing of cooling).
+_CAUSAL = re.compile(
+    r"\b(?:caused by|because|due to|leads? to|led to|results? in|is a common)\b", re.IGNORECASE
+)
 # A three-word phrase said this often is a small model looping, not an explanation.
 REPEAT_LIMIT = 3
 
@@ -240,6 +248,12 @@ def check(
     text = str(answer.get("explanation") or "").strip()
     if len(text) < 20:
         complaints.append("the explanation is empty or too short")
+    causal = _CAUSAL.search(text)
+    if causal:
+        complaints.append(
+            f"states a cause of its own ({causal.group(0)!r}): the detector's finding is the "
+            "cause; say only what the evidence shows"
+        )
     repeated = _repeated_phrase(text)
     if repeated:
         complaints.append(f"the explanation repeats {repeated!r}")

@@ -123,3 +123,10 @@ def test_an_explanation_cut_inside_a_citation_is_published_up_to_its_last_clause
     composed = compose(_answer(verdict, cut), verdict, steps)
     assert composed.startswith(_good_text(verdict).split(";")[0].split(" and lost")[0])
     assert "[e." not in composed and validate.check_text(composed, facts) == []
+
+
+def test_a_cause_of_the_models_own_is_rejected(checked: Any) -> None:
+    verdict, facts, steps = checked
+    text = _good_text(verdict) + " This is caused by GPUs that are not properly cooled."
+    complaints = validate.check(_answer(verdict, text), verdict, facts, steps)
+    assert any(c.startswith("states a cause of its own ('caused by')") for c in complaints)
