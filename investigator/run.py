@@ -200,13 +200,20 @@ def compose(answer: dict[str, Any], verdict: dict[str, Any], steps: list[ToolRes
 
 
 def _complete_part(text: str) -> str:
-    """The explanation up to its last complete clause when the length limit cut it inside a
-    citation ("… outside saves [e"): text is only ever dropped here, never added."""
-    if text.count("[") <= text.count("]"):
+    """The explanation up to its last complete clause when the length limit cut it (inside a
+    citation, "… outside saves [e", or mid-clause, "… from 23:07:15 0:"): text is only ever
+    dropped here, never added."""
+    cut_short = len(text) >= MAX_EXPLANATION_CHARS - 1
+    if text.count("[") > text.count("]"):
+        text = text[: text.rfind("[")].rstrip()
+        cut_short = True
+    if not cut_short:
         return text
-    head = text[: text.rfind("[")].rstrip()
-    cut = max(head.rfind(";"), head.rfind(". "), head.rfind(","))
-    return head[:cut].rstrip() if cut > 0 else head
+    ends = [text.rfind(mark) for mark in ("; ", ". ", "] ")]
+    end = max(ends)
+    if end <= 0:
+        return text
+    return text[: end + 1].rstrip(" ;")
 
 
 def _reason(concluded: str) -> str:
