@@ -23,7 +23,9 @@ from ingest.models import Gpu, Node
 from investigations.models import Incident, IncidentState
 from investigations.pricing import RealPrice
 from investigations.selectors_fleet import (
-    DEFAULT_SILENT_MIN,
+    DEFAULT_SILENT_MIN as DEFAULT_SILENT_MIN,  # re-exported: the fleet view's default
+)
+from investigations.selectors_fleet import (
     gpu_health,
     holding,
     jobs_holding,
