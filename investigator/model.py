@@ -141,6 +141,19 @@ def _load_llama(path: Path, threads: int, chat_format: str | None) -> Any:
         return _MODELS[key]
 
 
+def system_into_user(messages: list[dict[str, str]]) -> list[dict[str, str]]:
+    """Gemma has no system role: llama-cpp-python's "gemma" format silently drops a system
+    message (measured: the instructions and the example never reached the model), so it goes
+    at the head of the first user turn, as Gemma's own chat template does."""
+    system = "\n\n".join(m["content"] for m in messages if m["role"] == "system")
+    rest = [dict(m) for m in messages if m["role"] != "system"]
+    if system and rest and rest[0]["role"] == "user":
+        rest[0]["content"] = f"{system}\n\n{rest[0]['content']}"
+    elif system:
+        rest.insert(0, {"role": "user", "content": system})
+    return rest
+
+
 class LlamaCppWriter:
     """A GGUF run in this process; output constrained to the answer's JSON schema."""
 
@@ -162,6 +175,8 @@ class LlamaCppWriter:
         temperature: float = 0.0,
     ) -> Reply:
         llm = _load_llama(self.path, self.threads, self.chat_format)
+        if self.chat_format == "gemma":
+            messages = system_into_user(messages)
         with self._lock:
             out = llm.create_chat_completion(
                 messages=messages,

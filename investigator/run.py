@@ -25,7 +25,9 @@ from investigator import validate
 from investigator.model import Writer
 from investigator.tools import ToolResult, run_procedure
 
-MAX_TOKENS = 240  # the answer is ~80–160 tokens; a runaway string stops here
+# The answer is ~100–170 tokens; an explanation of digits and punctuation can take 180 tokens
+# for its 220 characters, and at 240 five of 13 first answers ran out before closing their JSON.
+MAX_TOKENS = 320
 MIN_EXPLANATION_CHARS = 60  # a bare time or family name is no explanation (measured: both)
 MAX_EXPLANATION_CHARS = 220
 RETRY_TEMPERATURE = 0.4
@@ -38,7 +40,8 @@ SYSTEM = (
     "You explain a verdict on a GPU job that Proof's detectors already decided. Write 2 or 3 "
     "short sentences: what happened, where, and what it cost. Use ONLY the facts given; copy "
     "numbers, ranks, node names and times exactly as written; put the id of each fact you use "
-    "in brackets, like [e1] or [t2]. Never name another failure family. In ruled_out list the "
+    "in brackets, like [e1] or [t2]. Say what the evidence shows, not why: the cause is already "
+    "decided. Never name another failure family. In ruled_out list the "
     "checks the procedure concluded clear, each with the ids its line shows.\n"
     "Example (another verdict): "
     '{"family": "checkpoint_stall", "category": "infrastructure", "explanation": "Every '
@@ -209,11 +212,11 @@ def _complete_part(text: str) -> str:
         cut_short = True
     if not cut_short:
         return text
-    ends = [text.rfind(mark) for mark in ("; ", ". ", "] ")]
+    ends = [text.rfind(mark) for mark in ("; ", ". ", "] ", ", ")]
     end = max(ends)
     if end <= 0:
         return text
-    return text[: end + 1].rstrip(" ;")
+    return text[: end + 1].rstrip(" ;,")
 
 
 def _reason(concluded: str) -> str:
