@@ -330,6 +330,26 @@ if IS_PRODUCTION:
     SESSION_COOKIE_SECURE = True
     CSRF_COOKIE_SECURE = True
 
+# --- Billing: metering, Stripe, dunning, licences (billing/, docs/billing.md) ----------------
+# No secret key: billing stays local (usage rows, projected invoices; no Stripe call is made),
+# as an air-gapped site needs; the console says so.
+BILLING_STRIPE_SECRET_KEY = env_optional("PROOF_STRIPE_SECRET_KEY")
+BILLING_STRIPE_WEBHOOK_SECRET = env_optional("PROOF_STRIPE_WEBHOOK_SECRET")
+# Stripe's API (a test points it at a local fake; a proxy in front of Stripe, at that proxy).
+BILLING_STRIPE_API_BASE = env_str("PROOF_STRIPE_API_BASE", "https://api.stripe.com")
+# The Stripe meter the usage goes to: its event name, and its id for the reconciliation reads.
+BILLING_STRIPE_METER_EVENT = env_str("PROOF_STRIPE_METER_EVENT", "proof_gpu_month_units")
+BILLING_STRIPE_METER_ID = env_optional("PROOF_STRIPE_METER_ID")
+# Days a past-due account keeps its verdicts before they are paused (ingest never stops).
+BILLING_GRACE_DAYS = env_int("PROOF_BILLING_GRACE_DAYS", 14, minimum=0)
+# Air-gapped licence: the signed file, Proof's Ed25519 public key that signs it (base64 of the
+# 32 raw bytes), the days verdicts continue past its cap or expiry, and the site's own Ed25519
+# private key (PEM) that signs the usage reports `proof billing export` writes.
+LICENCE_FILE = env_optional("PROOF_LICENCE_FILE")
+LICENCE_PUBLIC_KEY = env_optional("PROOF_LICENCE_PUBLIC_KEY")
+LICENCE_GRACE_DAYS = env_int("PROOF_LICENCE_GRACE_DAYS", 14, minimum=0)
+BILLING_EXPORT_KEY_FILE = env_optional("PROOF_BILLING_EXPORT_KEY_FILE")
+
 # --- Ingest (gRPC from agents; docs/ingest.md) ------------------------------------------------
 INGEST_TLS_CERT = env_optional("PROOF_INGEST_TLS_CERT")  # PEM paths; both or neither
 INGEST_TLS_KEY = env_optional("PROOF_INGEST_TLS_KEY")
