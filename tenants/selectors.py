@@ -45,3 +45,22 @@ def customer_of(principal: Principal) -> Customer | None:
         return None
     with tenant_context(principal.operator_id):
         return Customer.objects.for_tenant(principal).filter(pk=principal.customer_id).first()
+
+
+def operator_ids() -> list[int]:
+    """Every operator's id: fleet-wide periodic passes (metering) list them, then work in
+    each one's tenant context. Cross-tenant on purpose, ids only."""
+    with system_context():
+        return list(Operator.objects.order_by("id").values_list("id", flat=True))
+
+
+def operator_by_slug(slug: str) -> Operator | None:
+    """The operator with this slug (commands name operators by slug); None if there is none."""
+    with system_context():
+        return Operator.objects.filter(slug=slug).first()
+
+
+def customer_names(operator_id: int) -> dict[int, str]:
+    """Customer id → name of the operator's customers."""
+    with tenant_context(operator_id):
+        return dict(Customer.objects.for_tenant(operator_id).values_list("id", "name"))
