@@ -40,6 +40,7 @@ def _validate(value: Any, schema: dict[str, Any], path: str = "$") -> None:
             "object": lambda v: isinstance(v, dict),
             "array": lambda v: isinstance(v, list),
             "null": lambda v: v is None,
+            "boolean": lambda v: isinstance(v, bool),
         }
         assert any(checks[t](value) for t in names), f"{path}: {value!r} is not {names}"
     if "enum" in schema:

@@ -9,6 +9,7 @@ from django.utils.dateparse import parse_date, parse_datetime
 from drf_spectacular.utils import extend_schema_field, extend_schema_serializer
 from rest_framework import serializers
 
+from investigations.api.verdict_schema import VerdictField
 from investigations.incident_actions import COMMENT_MAX, NOTE_MAX, REASON_MAX, TICKET_ID_MAX
 from investigations.models import (
     GpuListPrice,
@@ -38,6 +39,7 @@ class IncidentSerializer(serializers.ModelSerializer[Incident]):
         help_text="while resolved: finding_absent, job_ended or manual; empty while open",
     )
     tickets = IncidentTicketSerializer(many=True, read_only=True)
+    verdict = VerdictField()
 
     class Meta:
         model = Incident
@@ -152,6 +154,8 @@ class EvidenceSeriesPageSerializer(serializers.Serializer[dict[str, Any]]):
 
 
 class VerdictRevisionSerializer(serializers.ModelSerializer[VerdictRevision]):
+    verdict = VerdictField()
+
     class Meta:
         model = VerdictRevision
         fields = ["number", "kind", "family", "category", "confidence", "created_at", "verdict"]

@@ -51,6 +51,7 @@ from investigations.api.serializers import (
     ResolveSerializer,
     VerdictRevisionSerializer,
 )
+from investigations.api.verdict_schema import openapi_verdict_schema
 from investigations.models import GpuListPrice, Incident, IncidentEvent, IncidentTicket, JobGpuUsage
 from tenants.access import get_object_for_tenant
 from tenants.api.base import TenantScopedReadOnlyViewSet, TenantScopedViewSet
@@ -498,7 +499,7 @@ _FORMAT = OpenApiParameter(
 )
 _VERDICT_RESPONSES = {
     (200, "application/json"): OpenApiResponse(
-        OpenApiTypes.OBJECT, description="the docs/design.md §7 verdict object"
+        openapi_verdict_schema(), description="the docs/design.md §7 verdict object"
     ),
     (200, "text/markdown"): OpenApiResponse(OpenApiTypes.STR, description="markdown"),
     (200, "text/plain"): OpenApiResponse(OpenApiTypes.STR, description="plain text"),

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from celery import signals as celery_signals
 
+from engine.tests.test_analyze import check_verdict
 from investigations import explain_services, services
 from investigations.models import Incident, ResolveReason, VerdictRevision
 from investigations.tests.live_helpers import job_pk, store_gpu_job, store_sim, verdict
@@ -106,6 +107,9 @@ def test_a_live_slow_rank_verdict_gets_its_investigation_stored() -> None:
         )
     inv = incident.verdict["investigation"]
     assert [s["check"] for s in inv["steps"]] == list(CHECKS)
+    # the stored verdict, investigation included, is the contract's (verdict_schema.json)
+    check_verdict(incident.verdict)
+    check_verdict(revision.verdict)
     assert inv["validated"] == (status == "explained") and inv["fallback"] == (status == "fallback")
     assert revision.verdict["investigation"] == inv
     assert revision.verdict["explanation"] == incident.verdict["explanation"]

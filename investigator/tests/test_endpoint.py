@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from engine.tests.test_analyze import check_verdict
 from investigator.model import EndpointRefused, OpenAICompatibleWriter, endpoint_allowed
 from investigator.run import investigate
 from investigator.tests.conftest import Case
@@ -95,6 +96,17 @@ def test_endpoint_writer_explains_through_a_local_chat_completions_server(
     assert request["body"]["model"] == "llama-3-8b"
     assert [m["role"] for m in request["body"]["messages"]] == ["system", "user"]
     assert "PROCEDURE:" in request["body"]["messages"][1]["content"]
+    # the verdict it publishes is the contract's, its investigation object typed there
+    published = inv.apply(v)
+    check_verdict(published)
+    for broken in (
+        {"validated": "yes"},
+        {"steps": [{"check": "disk", "returned": "", "concluded": ""}]},
+        {"cited": ["x1"]},
+        {"tokens": {"prompt": 700}},
+    ):
+        with pytest.raises(AssertionError):
+            check_verdict({**published, "investigation": {**published["investigation"], **broken}})
 
 
 def test_an_unbacked_answer_is_retried_once_then_the_template_is_published(
@@ -112,6 +124,7 @@ def test_an_unbacked_answer_is_retried_once_then_the_template_is_published(
     first = inv.as_dict()["complaints"][0]
     assert "states the number 93.1, which no evidence backs" in first
     assert any(c.startswith("states a cause of its own ('because')") for c in first)
+    check_verdict(inv.apply(slow_rank.verdict))
 
 
 @pytest.mark.parametrize("url", ["http://8.8.8.8:8080", "https://1.1.1.1/v1"])

@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from engine.tests.test_analyze import check_verdict
 from investigator import validate
 from investigator.model import LlamaCppWriter
 from investigator.run import investigate
@@ -39,6 +40,7 @@ def test_a_simulated_slow_rank_is_explained_validated_or_marked_fallback(slow_ra
     published = inv.apply(slow_rank.verdict)
     assert published["investigation"]["validated"] == inv.validated
     assert [s["check"] for s in published["investigation"]["steps"]] == list(CHECKS)
+    check_verdict(published)  # contract/verdict_schema.json types the investigation object
 
 
 _IN_NAMESPACE = """
