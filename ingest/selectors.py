@@ -733,6 +733,32 @@ def nodes_with_gpus_seen_since(since: datetime) -> list[tuple[int, str]]:
         return sorted((int(o), str(h)) for o, h in rows)
 
 
+def gpus_reported_between(
+    operator_id: int, t0_ms: int, t1_ms: int
+) -> dict[str, tuple[str, set[str]]]:
+    """GPU uuid → (model, hostnames) of every GPU with at least one sample in an hourly
+    rollup bucket starting in [t0_ms, t1_ms): the stored proof that an agent reported the GPU
+    then (billing's metering, docs/billing.md). By NVML UUID, so a GPU moved to another node,
+    or a node re-imaged under the same name, is the same GPU; the hostnames say where it was."""
+    with tenant_context(operator_id):
+        rows = (
+            SeriesRollup.objects.for_tenant(operator_id)
+            .filter(bucket_start_ms__gte=t0_ms, bucket_start_ms__lt=t1_ms, count__gt=0)
+            .exclude(series__gpu="")
+            .values_list("series__gpu", "series__node__hostname")
+            .distinct()
+        )
+        found: dict[str, set[str]] = {}
+        for uuid, hostname in rows:
+            found.setdefault(str(uuid), set()).update([hostname] if hostname else [])
+        models = dict(
+            Gpu.objects.for_tenant(operator_id)
+            .filter(uuid__in=list(found))
+            .values_list("uuid", "model")
+        )
+        return {u: (str(models.get(u) or ""), hosts) for u, hosts in found.items()}
+
+
 def gpus_of_node(operator_id: int, hostname: str) -> dict[str, int | None]:
     """GPU uuid → index of the node's registered GPUs."""
     with tenant_context(operator_id):

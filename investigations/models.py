@@ -340,3 +340,18 @@ class IncidentTicket(TenantOwned):
                 fields=["incident", "system", "ticket_id"], name="investigations_ticket_once"
             )
         ]
+
+
+class VerdictHold(TenantOwned):
+    """New verdicts of this operator are held back: while the row exists, evaluations still
+    run and account GPU time, but merge nothing (no incident, no notification). Written by the
+    layer that decides (billing's dunning, an expired licence) through
+    investigations/verdict_hold.py; on release the held period is evaluated
+    (`evaluate_held_period`), so holding never loses a verdict, it delays it. Ingest never
+    looks at it."""
+
+    reason = models.CharField(max_length=300)
+    held_since = models.DateTimeField()
+
+    class Meta:
+        constraints = [unique_per_operator(name="investigations_one_hold")]

@@ -37,6 +37,7 @@ from investigations.models import (
     NotificationKind,
     ResolveReason,
     RevisionKind,
+    VerdictHold,
     VerdictRevision,
 )
 
@@ -356,7 +357,16 @@ def evaluate_job(operator_id: int, job_pk: int) -> EvaluationResult:
             usage_through = (
                 rows.select_for_update().values_list("usage_through_ts", flat=True).first()
             )
-            merge = merge_verdicts(operator_id, verdicts, window_end=t1, job_pk=job_pk, ended=ended)
+            # Held (investigations/verdict_hold.py): GPU time is still accounted, nothing is
+            # merged; the held period is evaluated when the hold is released.
+            held = verdicts_held(operator_id)
+            merge = (
+                MergeResult()
+                if held
+                else merge_verdicts(
+                    operator_id, verdicts, window_end=t1, job_pk=job_pk, ended=ended
+                )
+            )
             if window is not None:
                 usage_through = account_usage(
                     operator_id, job_pk, window, usage_through, settle, ended=ended
@@ -390,7 +400,13 @@ def evaluate_fleet_health(
         verdicts = [v for v in verdicts if v.get("family") == GPU_DEGRADING]
         with tenant_context(operator_id):
             _take_write_lock()
-            merge = merge_verdicts(operator_id, verdicts, window_end=t1, gpu=gpu)
+            # A GPU's trend is re-judged over its last 6 h at each pass: after a hold the next
+            # pass sees it again, so nothing needs replaying.
+            merge = (
+                MergeResult()
+                if verdicts_held(operator_id)
+                else merge_verdicts(operator_id, verdicts, window_end=t1, gpu=gpu)
+            )
         return EvaluationResult("evaluated", verdicts, merge, (t0, t1))
 
 
@@ -409,9 +425,18 @@ def evaluate_node_health(
             verdicts = [v for v in verdicts if v.get("family") == GPU_DEGRADING]
             with tenant_context(operator_id):
                 _take_write_lock()
-                merge = merge_verdicts(operator_id, verdicts, window_end=t1, gpu=gpu)
+                merge = (
+                    MergeResult()
+                    if verdicts_held(operator_id)
+                    else merge_verdicts(operator_id, verdicts, window_end=t1, gpu=gpu)
+                )
             results[gpu] = EvaluationResult("evaluated", verdicts, merge, (t0, t1))
     return results
+
+
+def verdicts_held(operator_id: int) -> bool:
+    """Whether the operator's new verdicts are held (investigations.models.VerdictHold)."""
+    return VerdictHold.objects.for_tenant(operator_id).exists()
 
 
 def _take_write_lock() -> None:
