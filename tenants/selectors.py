@@ -64,3 +64,9 @@ def customer_names(operator_id: int) -> dict[int, str]:
     """Customer id → name of the operator's customers."""
     with tenant_context(operator_id):
         return dict(Customer.objects.for_tenant(operator_id).values_list("id", "name"))
+
+
+def operator_slugs() -> dict[int, str]:
+    """Operator id → slug of every operator (commands print and take slugs). Cross-tenant."""
+    with system_context():
+        return dict(Operator.objects.order_by("id").values_list("id", "slug"))
