@@ -33,6 +33,11 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     # so its flag is wired in the command layer)
     "analyze": ("proof_web.commands.analyze", "run the detectors on a trace file, print verdicts"),
     "eval": ("proof_web.commands.eval", "score the detectors on every simulator scenario"),
+    "billing": (
+        "proof_web.commands.billing",
+        "metering and licences: `proof billing usage --month YYYY-MM [--operator SLUG]`, "
+        "meter, chargeback, export (signed usage report), licence, keygen",
+    ),
     "simulate": ("simulator.cli", "write a simulated GPU-fleet trace for a scenario (no database)"),
 }
 
