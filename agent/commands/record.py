@@ -14,12 +14,12 @@ cleanly.
 from __future__ import annotations
 
 import argparse
-import resource
 import sys
 import time
 
 from agent.commands._backend import BackendError, add_backend_arguments, assemble
 from agent.runtime import TraceSink
+from agent.runtime.memory import peak_rss_mib
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     wall0, cpu0 = time.monotonic(), time.process_time()
     stats = assembled.run_agent(sink)
     wall, cpu = time.monotonic() - wall0, time.process_time() - cpu0
-    rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    rss_mib = peak_rss_mib()
     print(
         f"wrote {sink.records_written} records in {stats.ticks} intervals to {args.out} "
         f"({wall:.1f} s wall, {cpu:.1f} s CPU, peak RSS {rss_mib:.0f} MiB)"

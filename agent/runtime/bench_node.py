@@ -22,7 +22,6 @@ peak RSS of the measured process.
 from __future__ import annotations
 
 import multiprocessing
-import resource
 import shutil
 import tempfile
 import threading
@@ -43,6 +42,7 @@ from agent.ebpf.node import build_collectors
 from agent.ebpf.probe_target import BuildError, Built, Driver, build
 from agent.runtime.base import AcceleratedClock
 from agent.runtime.loop import Agent
+from agent.runtime.memory import peak_rss_mib
 from agent.runtime.sim_backend import SimBackend
 from agent.spool import Spool
 from agent.transport.sink import GrpcSink
@@ -356,7 +356,7 @@ def bench_node(
             ticks=stats.ticks,
             records=stats.records,
             late_ticks=stats.late_ticks,
-            peak_rss_mib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            peak_rss_mib=peak_rss_mib(),
             spool_pending=pending,
             collectors=[c.name for c in collectors],
             notes=notes,

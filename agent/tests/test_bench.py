@@ -13,9 +13,9 @@ import pytest
 
 from agent.cli import main as agent_main
 
-# The bench in a process of its own, as `proof-agent bench` runs it: its peak RSS is the
-# process's (getrusage), and the suite's process holds whatever earlier tests loaded (a local
-# model, torch) — 1,068 MiB once the investigator's tests ran before it.
+# The bench in a process of its own, as `proof-agent bench` runs it: the suite's process holds
+# whatever earlier tests loaded (a local model, torch), and the bench's peak RSS is its own
+# image's VmHWM (getrusage's maxrss carried the 1,068 MiB parent across fork and exec).
 _RUN = (
     "import dataclasses, json; from agent.runtime.bench_node import bench_node; "
     "print(json.dumps(dataclasses.asdict(bench_node(duration_s=3, ebpf=False))))"
