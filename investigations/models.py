@@ -355,3 +355,48 @@ class VerdictHold(TenantOwned):
 
     class Meta:
         constraints = [unique_per_operator(name="investigations_one_hold")]
+
+
+class QuestionState(models.TextChoices):
+    PENDING = "pending", "Pending"
+    ANSWERED = "answered", "Answered"
+    REFUSED = "refused", "Refused"
+
+
+class IncidentQuestion(TenantOwned):
+    """A question someone asked about an incident ("Ask about this incident", docs/
+    investigations.md), answered by the investigator's checks and validator in a Celery task
+    (investigations/ask_services.py). `answer` is only ever validated model text or a refusal
+    saying why (`refused`, `reason`); `detail` holds how it was answered (model, attempts, the
+    validator's complaints, tokens, the checks read). `revision` is the verdict revision the
+    question was asked about."""
+
+    public_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    incident = models.ForeignKey(Incident, on_delete=models.CASCADE, related_name="questions")
+    revision = models.PositiveIntegerField()
+    asked_by = models.CharField(max_length=200)  # a username or api-token:<prefix>
+    asked_by_user = models.ForeignKey(
+        "auth.User", on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    question = models.TextField()
+    state = models.CharField(
+        max_length=16, choices=QuestionState.choices, default=QuestionState.PENDING
+    )
+    answer = models.TextField(blank=True, default="")
+    cited = models.JSONField(default=list)
+    validated = models.BooleanField(default=False)
+    refused = models.BooleanField(default=False)
+    reason = models.TextField(blank=True, default="")
+    detail = models.JSONField(default=dict)
+    duration_s = models.FloatField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    answered_at = models.DateTimeField(null=True, blank=True)
+
+    customer_path: ClassVar[str | None] = "incident__job__customer"
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [operator_index("incident", "-created_at", name="inv_question_incident")]
+
+    def __str__(self) -> str:
+        return f"{self.incident_id}: {self.question[:40]}"
