@@ -219,6 +219,9 @@ PROOF_EXPLAIN_MODEL_PATH = env_optional("PROOF_EXPLAIN_MODEL_PATH")
 PROOF_EXPLAIN_ENDPOINT = env_optional("PROOF_EXPLAIN_ENDPOINT")
 PROOF_EXPLAIN_ENDPOINT_MODEL = env_str("PROOF_EXPLAIN_ENDPOINT_MODEL", "default")
 PROOF_EXPLAIN_ALLOW_REMOTE = env_bool("PROOF_EXPLAIN_ALLOW_REMOTE", False)
+# "Ask about this incident": questions per user (or API token), <count>/<s|min|hour|day>, apart
+# from PROOF_API_RATE: each question is a model run (10–30 s of a core with the default model).
+PROOF_ASK_RATE = env_str("PROOF_ASK_RATE", "30/hour")
 
 # --- Notifications: chat, paging, webhooks, e-mail (notify/, docs/notifications.md) -----------
 # The console's address as people outside reach it: messages link to its verdict pages.
@@ -367,5 +370,6 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env_str("PROOF_LOG_LEVEL", "INFO")},
-    "loggers": {"django.db.backends": {"level": "WARNING"}},
+    # stripe logs every request and response at INFO: billing logs what matters itself.
+    "loggers": {"django.db.backends": {"level": "WARNING"}, "stripe": {"level": "WARNING"}},
 }
