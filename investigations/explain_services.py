@@ -58,7 +58,7 @@ def configured_writer() -> Writer:
         return _WRITER
 
 
-def _job_window(operator_id: int, incident: Incident) -> JobWindow | None:
+def job_window(operator_id: int, incident: Incident) -> JobWindow | None:
     """The job's sliding window as the evaluation that produced the verdict read it."""
     if incident.job_id is None:
         return None  # fleet health: the verdict's own evidence is all there is
@@ -77,7 +77,7 @@ def _job_window(operator_id: int, incident: Incident) -> JobWindow | None:
     return build_job_window(store, job, t0, t1)
 
 
-def _write_first() -> None:
+def write_first() -> None:
     """On SQLite a transaction that reads and then writes cannot take the write lock once
     ingest has committed since its read (investigations/services.py, _take_write_lock): make
     the first statement a write."""
@@ -105,7 +105,7 @@ def explain_incident(
         if row.incident.revision != revision:
             return "stale"  # superseded before its turn: the newer revision's task explains it
         verdict: dict[str, Any] = dict(row.verdict)
-        window = _job_window(operator_id, row.incident)
+        window = job_window(operator_id, row.incident)
     try:
         writer = writer or configured_writer()
     except (ExplainUnavailable, EndpointRefused) as exc:
@@ -114,7 +114,7 @@ def explain_incident(
     inv = investigate(verdict, window, writer)
     explained = inv.apply(verdict)
     with tenant_context(operator_id):
-        _write_first()
+        write_first()
         VerdictRevision.objects.for_tenant(operator_id).filter(pk=row.pk).update(verdict=explained)
         incident = (
             Incident.objects.for_tenant(operator_id).select_for_update().filter(pk=incident_pk)

@@ -16,6 +16,9 @@ The fan-out tasks read across tenants (system_context) and only enqueue.
 the commit that stored a job's data) with `evaluate_job.apply_async`, so the services never
 import this module.
 
+`enqueue_answer` hears `ask_services.question_asked` (sent after the commit of a question asked
+about an incident) and enqueues `answer_question`.
+
 `enqueue_explanation` hears each new verdict revision being saved (Django's post_save of
 `VerdictRevision`) and, after its commit, enqueues `explain_verdict` for it: the investigation
 agent's cited explanation (investigations/explain_services.py, docs/investigations.md). The
@@ -33,7 +36,7 @@ from django.db import transaction
 from django.db.models.signals import post_save
 from django.dispatch import receiver
 
-from investigations import explain_services, selectors, services
+from investigations import ask_services, explain_services, selectors, services
 from investigations.models import RevisionKind, VerdictRevision
 from investigations.signals import evaluation_due
 
@@ -112,3 +115,21 @@ def enqueue_explanation(
         return
     args = (instance.operator_id, instance.incident_id, instance.number)
     transaction.on_commit(lambda: explain_verdict.delay(*args))
+
+
+@shared_task(name="investigations.answer_question", ignore_result=True)
+def answer_question(operator_id: int, question_pk: int) -> str:
+    """The answer to one question asked about an incident (investigations/ask_services.py)."""
+    return ask_services.answer_question(_operator_id(operator_id), int(question_pk))
+
+
+@shared_task(name="investigations.expire_stale_questions", ignore_result=True)
+def expire_stale_questions() -> int:
+    """Questions pending past ask_services.STALE_S are refused as not answered in time."""
+    return ask_services.expire_stale_questions()
+
+
+@receiver(ask_services.question_asked, dispatch_uid="investigations.tasks.enqueue_answer")
+def enqueue_answer(sender: Any, *, operator_id: int, question_pk: int, **kwargs: Any) -> None:
+    """A question was stored (after its commit): answer it."""
+    answer_question.delay(operator_id, question_pk)

@@ -162,9 +162,11 @@ def _evidence_line(e: dict[str, Any]) -> str:
     )
 
 
-def prompt(verdict: dict[str, Any], steps: list[ToolResult]) -> list[dict[str, str]]:
+def fact_lines(verdict: dict[str, Any], steps: list[ToolResult]) -> list[str]:
+    """What the model is shown: the verdict, its first evidence lines, the procedure's checks
+    (the same for an explanation and for a question about the incident)."""
     evidence = list(verdict.get("evidence") or [])[:PROMPT_EVIDENCE]
-    lines = [
+    return [
         f"VERDICT: family {verdict['family']}, category {verdict['category']}",
         f"TITLE: {verdict.get('title', '')}",
         f"SUMMARY: {verdict.get('summary', '')}",
@@ -173,6 +175,10 @@ def prompt(verdict: dict[str, Any], steps: list[ToolResult]) -> list[dict[str, s
         "PROCEDURE:",
         *(f"{s.check}: {s.returned} => {s.as_step()['concluded']}" for s in steps),
     ]
+
+
+def prompt(verdict: dict[str, Any], steps: list[ToolResult]) -> list[dict[str, str]]:
+    lines = fact_lines(verdict, steps)
     return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "\n".join(lines)}]
 
 

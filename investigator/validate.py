@@ -235,6 +235,26 @@ def check_text(text: str, facts: Facts) -> list[str]:
     return complaints
 
 
+def check_prose(text: str, family: str, facts: Facts, what: str) -> list[str]:
+    """Complaints about a text the model wrote about a verdict of `family` (an explanation, an
+    answer to a question): a cause of its own, a loop, another family's name, and every
+    number, name, time and citation `check_text` holds to the evidence."""
+    complaints: list[str] = []
+    causal = _CAUSAL.search(text)
+    if causal:
+        complaints.append(
+            f"states a cause of its own ({causal.group(0)!r}): the detector's finding is the "
+            "cause; say only what the evidence shows"
+        )
+    repeated = _repeated_phrase(text)
+    if repeated:
+        complaints.append(f"{what} repeats {repeated!r}")
+    others = _other_family_named(text, family)
+    if others:
+        complaints.append(f"{what} names another family ({', '.join(others)})")
+    return complaints + check_text(text, facts)
+
+
 def check(
     answer: dict[str, Any], verdict: dict[str, Any], facts: Facts, tools: Iterable[ToolResult]
 ) -> list[str]:
@@ -248,19 +268,7 @@ def check(
     text = str(answer.get("explanation") or "").strip()
     if len(text) < 20:
         complaints.append("the explanation is empty or too short")
-    causal = _CAUSAL.search(text)
-    if causal:
-        complaints.append(
-            f"states a cause of its own ({causal.group(0)!r}): the detector's finding is the "
-            "cause; say only what the evidence shows"
-        )
-    repeated = _repeated_phrase(text)
-    if repeated:
-        complaints.append(f"the explanation repeats {repeated!r}")
-    others = _other_family_named(text, str(family))
-    if others:
-        complaints.append(f"the explanation names another family ({', '.join(others)})")
-    complaints += check_text(text, facts)
+    complaints += check_prose(text, str(family), facts, "the explanation")
     cited = [str(c) for c in answer.get("cited") or []]
     cited += [c.strip() for g in _CITE.findall(text) for c in g.split(",")]
     if not any(c in facts.ids for c in cited):

@@ -13,6 +13,7 @@ from django.shortcuts import render
 
 from frontend.access import console_view
 from frontend.selectors import incidents as selectors
+from investigator.ask import MAX_QUESTION_CHARS
 from tenants.access import Principal
 
 
@@ -52,5 +53,14 @@ def incident_detail(
     return render(
         request,
         "proof/console/incident.html",
-        {"section": "incidents", "wide": True, "detail": detail, "incident": detail.incident},
+        {
+            "section": "incidents",
+            "wide": True,
+            "detail": detail,
+            "incident": detail.incident,
+            # "Ask about this incident" (frontend/static/proof/ask.js): asking writes a
+            # question, so it needs a role that may write, as the API does.
+            "can_ask": principal.can_write,
+            "ask_max_chars": MAX_QUESTION_CHARS,
+        },
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rest_framework.routers import BaseRouter
 
-from investigations.api import fleet, jobs, share_links, views
+from investigations.api import fleet, jobs, questions, share_links, views
 from tenants.api.base import register_viewsets
 
 
@@ -19,4 +19,8 @@ def register(router: BaseRouter) -> None:
     register_viewsets(router, share_links.ShareLinkViewSet)
     register_viewsets(
         router, jobs.JobViewSet, fleet.NodeViewSet, fleet.GpuViewSet, fleet.FleetHealthViewSet
+    )
+    # Nested under the incident: its route is a pattern, so it is named by hand.
+    router.register(
+        questions.QuestionViewSet.route, questions.QuestionViewSet, basename="incident-question"
     )

@@ -41,6 +41,7 @@ from contract import signals
 from ingest import services as ingest_services
 from ingest.processing import Limits, decode_batch
 from ingest.tests.helpers import gpu_batch
+from investigations import ask_services
 from investigations import services as investigation_services
 from investigations.models import Incident, JobGpuUsage
 from investigations.tests.live_helpers import job_pk, verdict
@@ -164,6 +165,9 @@ def _seed(tenant: Tenant, prefix: str) -> None:
     investigation_services.do_create_share_link(
         admin, incident=incident.public_id, expires_in_s=3600
     )
+    # A question about it (its answer task is enqueued on the test's in-memory broker and never
+    # run: the row stays pending, which is a state the API serves).
+    ask_services.do_ask(admin, incident.public_id, "Which rank is slow?")
 
 
 @pytest.fixture
@@ -206,12 +210,26 @@ def _list(world: World, principal: str, path: str) -> list[dict[str, Any]]:
     return _rows(response.json()) if response.status_code == 200 else []
 
 
-def _real_ids(world: World, path: str) -> dict[str, Any] | None:
-    """Path parameters of a real row of the operator's, from its collection's list."""
+def _real_ids(
+    world: World, path: str, known: dict[str, Any] | None = None
+) -> dict[str, Any] | None:
+    """Path parameters of a real row of the operator's, from its collection's list. A nested
+    path's inner id ("/incidents/{incident_public_id}/questions/{public_id}/") comes from the
+    inner collection, listed under each outer row in turn until one has a row."""
     names = _PARAM.findall(path)
-    for row in _list(world, "operator", _collection_of(path)):
-        if all(_field(row, name) is not None for name in names):
-            return {name: _field(row, name) for name in names}
+    known = known or {}
+    if len(known) == len(names):
+        return known
+    name = names[len(known)]
+    prefix = path[: path.index("{" + name + "}")]
+    if not known and len(names) == 1:
+        prefix = _collection_of(path)
+    for row in _list(world, "operator", prefix.format(**known)):
+        value = _field(row, name)
+        if value is not None:
+            found = _real_ids(world, path, {**known, name: value})
+            if found is not None:
+                return found
     return None
 
 
