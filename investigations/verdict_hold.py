@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from django.db import transaction
+from django.db.models import Q
 
 from ingest import selectors as ingest_selectors
 from ingest.models import TERMINAL_JOB_STATES
@@ -90,7 +91,9 @@ def evaluate_held_period(operator_id: int, since: datetime) -> HeldPeriodResult:
     with tenant_context(operator_id):
         activity = list(
             JobActivity.objects.for_tenant(operator_id)
-            .filter(last_data_ts__gte=since_ts)
+            # Data stamped in the held period, or received during it (an agent's spool
+            # shipped late carries older timestamps).
+            .filter(Q(last_data_ts__gte=since_ts) | Q(received_at__gte=since))
             .order_by("first_data_ts", "id")
             .values_list("job_id", flat=True)
         )
@@ -127,7 +130,9 @@ def _replay_locked(operator_id: int, job_pk: int, since_ts: float) -> tuple[int,
         return 0, 0
     ended = job.state in TERMINAL_JOB_STATES
     created = 0
-    spans = _windows(activity.first_data_ts, activity.last_data_ts, since_ts)
+    # At least the job's newest window, when what arrived during the hold is older than it.
+    start = min(since_ts, activity.last_data_ts - WINDOW_S)
+    spans = _windows(activity.first_data_ts, activity.last_data_ts, start)
     for t0, t1 in spans:
         _window, verdicts = live.detect_job(
             operator_id,
