@@ -37,16 +37,6 @@ BEAT_SCHEDULE: dict[str, Periodic] = {
             "cost reads without changing a verdict"
         ),
     ),
-    "investigations-expire-questions": Periodic(
-        task="investigations.expire_stale_questions",
-        every_seconds=300,
-        reason=(
-            "a question whose answer task was lost with its worker stays pending: after 15 min "
-            "(ask_services.STALE_S, far past the model's 10–30 s) it is refused as not answered "
-            "in time, so a page never polls forever and nothing is retried forever; every 5 min "
-            "is enough for a bound of that size"
-        ),
-    ),
     "notify-deliver-due": Periodic(
         task="notify.deliver_due",
         every_seconds=5,
@@ -77,5 +67,55 @@ BEAT_SCHEDULE: dict[str, Periodic] = {
         task="ingest.delete_expired_rows",
         every_seconds=86400,
         reason="logs, events and receipts past PROOF_INGEST_RETENTION_DAYS; retention is in days",
+    ),
+    "billing-meter-usage": Periodic(
+        task="billing.meter_usage",
+        every_seconds=3600,
+        reason=(
+            "writes each finished UTC day's usage rows once its last hour is rolled up (1 h "
+            "after midnight) and re-meters the last 7 days for late batches; hourly is far "
+            "more often than a day ends, so a missed run delays a day's rows by an hour at most"
+        ),
+    ),
+    "billing-deliver-meter-events": Periodic(
+        task="billing.deliver_meter_events",
+        every_seconds=60,
+        reason=(
+            "sends the meter-event outbox to Stripe (new rows appear hourly at most) and "
+            "retries on its schedule, whose first step is 5 s and whose steps are minutes; "
+            "a minute keeps usage on Stripe within minutes of metering"
+        ),
+    ),
+    "billing-reconcile": Periodic(
+        task="billing.reconcile",
+        every_seconds=6 * 3600,
+        reason=(
+            "compares Stripe's per-day meter totals with ours for this month (and last month "
+            "in its first days), days before Stripe's 35-day limit on late events closes"
+        ),
+    ),
+    "billing-advance-dunning": Periodic(
+        task="billing.advance_dunning",
+        every_seconds=3600,
+        reason=(
+            "pauses verdicts of accounts whose grace period (days) ended; payments resume "
+            "them at once from the webhook, so an hour's delay only ever delays a pause"
+        ),
+    ),
+    "billing-check-licence": Periodic(
+        task="billing.check_licence",
+        every_seconds=86400,
+        reason=(
+            "an air-gapped site's licence (expiry in days, GPU cap): daily, as well as at "
+            "start; a no-op where no licence file is configured"
+        ),
+    ),
+    "billing-close-months": Periodic(
+        task="billing.close_months",
+        every_seconds=6 * 3600,
+        reason=(
+            "writes last month's local invoice once the month is over (idempotent; updated "
+            "while a draft, as late days are metered): a few hours after midnight is enough"
+        ),
     ),
 }
