@@ -37,6 +37,16 @@ BEAT_SCHEDULE: dict[str, Periodic] = {
             "cost reads without changing a verdict"
         ),
     ),
+    "investigations-expire-questions": Periodic(
+        task="investigations.expire_stale_questions",
+        every_seconds=300,
+        reason=(
+            "a question whose answer task was lost with its worker stays pending: after 15 min "
+            "(ask_services.STALE_S, far past the model's 10–30 s) it is refused as not answered "
+            "in time, so a page never polls forever and nothing is retried forever; every 5 min "
+            "is enough for a bound of that size"
+        ),
+    ),
     "notify-deliver-due": Periodic(
         task="notify.deliver_due",
         every_seconds=5,
