@@ -14,8 +14,8 @@ seconds instead, so its verdict comes while the fault is fresh:
 - hardware throttling (HW slowdown, HW thermal, power brake);
 - a level change of SM or engine activity, GPU utilisation, power or SM clock: the ~5 s mean
   (EWMA) ≥ 25% off the ~30 s one;
-- one GPU of a node drifting from its peers: its SM activity ≥ 6% off theirs, or the rank's
-  synchronize time ≥ 60% off (smoothed over ~10 s);
+- one GPU of a node drifting from its peers: its SM activity ≥ 6% off theirs (smoothed over
+  ~10 s);
 - a level change or a drift is a sign for the 20 s after it began, then not until it has
   come back and changed anew;
 - the job's first minute (verdicts about how a job runs from its start have no change to see).
@@ -33,7 +33,7 @@ import re
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -64,10 +64,6 @@ PEER_ALPHA = 0.1
 # A printed loss ≥ 1.5× the job's lowest is a sign (the divergence rule needs ≥ 2×, then
 # staying ≥ 1.5×; the sign comes first).
 LOSS_RISE = 1.5
-# The rank's synchronize time swings with whichever rank was slowest at each step (healthy
-# jobs' smoothed gaps reach 45% at p99); a straggler's is 80-90% below its peers' (they wait
-# for it, it never waits).
-PEER_GAP_SYNC = 0.6
 # A drift (or a level change) is a sign for the 20 s after it began — long enough for the
 # detectors' evidence on a straggler, a stall or a starved loader to accumulate — then no
 # longer: a GPU that stays a little off its peers without a verdict (rank 0 doing a little
@@ -82,11 +78,14 @@ YOUNG_S = 60.0
 MAX_SERIES = 500_000
 MAX_JOBS = 50_000
 
-_PEER_SIGNALS = frozenset({signals.DCGM_FI_PROF_SM_ACTIVE, signals.CUDA_SYNC_MS})
+# The rank's synchronize time is not compared with its peers': it swings with whichever rank
+# was slowest at each step, and a 60% gap (a straggler's is 80-90% below its peers': they wait
+# for it) drifted on 29 of 300 batches of a healthy 8-GPU job; a straggler's SM activity
+# drifts as well.
+_PEER_SIGNALS = frozenset({signals.DCGM_FI_PROF_SM_ACTIVE})
 # Level changes are looked for on the signals verdicts are made of; others (launch counts, the
 # longest launch gap, memory used) swing from second to second in healthy jobs.
-# The synchronize time is compared with the peers' only: on its own it swings with whichever
-# rank was slowest at each step. Tensor activity is not among them: an inference server's
+# Tensor activity is not among them: an inference server's
 # swings with its request bursts by 15% a sample, which read as a level change on 102–288 of
 # 600 healthy batches (an evaluation every ~10 s instead of ~19 s), and every stall, hang or
 # starved loader it would show moves SM activity and utilisation as well (every fault
@@ -103,21 +102,6 @@ _LEVEL_SIGNALS = frozenset(
 # Cumulative counters that count errors (traffic and token counters move all the time). SBE
 # counts are fleet health's (gpu_degrading, evaluated on its own schedule), not a job's.
 _ERROR_COUNTER_MARKS = ("DBE", "REMAP", "CRC", "REPLAY", "RECOVERY", "ERROR", "DOWNED", "DISCARD")
-
-
-def _episode(since: float | None, gap: float, limit: float, now: float) -> float | None:
-    """When the current excursion began: it begins when `gap` passes `limit` and ends once it
-    is back within half of it (hysteresis: a gap hovering at the limit does not flicker)."""
-    if gap < limit / 2:
-        return None
-    if since is None and gap >= limit:
-        return now
-    return since
-
-
-def _fresh(since: float | None, now: float) -> bool:
-    """An excursion is a sign for PEER_HOLD_S after it began."""
-    return since is not None and now - since <= PEER_HOLD_S
 
 
 def _floor(name: str) -> float:
@@ -180,24 +164,66 @@ class Signs:
         return bool(self.jobs or self.nodes)
 
 
+@dataclass
+class _Layout:
+    """What the screen does with each series of one batch layout (the series, in order, that
+    one agent's batches carry): positions by kind and each series' state slot. Built once per
+    layout; a node's batches repeat theirs, so a batch costs array operations, not a Python
+    step per series (one per series was 6.8 ms a 25-node agent batch in the fleet bench)."""
+
+    series: list[SeriesInfo]
+    jobs: frozenset[str]
+    throttle: np.ndarray  # positions
+    counter: np.ndarray  # positions of cumulative error counters...
+    counter_slot: np.ndarray  # ...and their state slots
+    level: np.ndarray
+    level_slot: np.ndarray
+    level_floor: np.ndarray
+    peer: np.ndarray  # positions of the peer-compared series (with a GPU or a pid)...
+    peer_slot: np.ndarray
+    peer_group: np.ndarray  # ...their (node, signal) group...
+    peer_limit: np.ndarray  # ...and its drift limit
+    group_floor: np.ndarray
+    group_node: list[str]
+
+
 class BatchScreen:
-    """Per process (ingest's), shared by its writer threads."""
+    """Per process (ingest's), shared by its writer threads.
+
+    State lives in arrays indexed by a slot per series (SeriesInfo → slot): a series keeps its
+    running means whichever layout of batches brings it. At most `max_series` slots: past it,
+    the tenth least recently seen are freed (their series start a new baseline when seen
+    again), as after a restart."""
 
     def __init__(self, max_series: int = MAX_SERIES, max_jobs: int = MAX_JOBS) -> None:
-        # cumulative error counter → its last value
-        self._counter_last: OrderedDict[SeriesInfo, float] = OrderedDict()
-        # (node, signal, GPU or pid) → (EWMA of its gap to the peers, when it began drifting)
-        self._gaps: OrderedDict[Any, tuple[float, float | None]] = OrderedDict()
+        # a series' SeriesInfo → its slot; a peer-compared one's drift is kept by (node,
+        # signal, GPU or pid) instead, so it carries over when the series' job key changes
+        self._slots: dict[Hashable, int] = {}
+        self._slot_info: list[Hashable | None] = []
+        self._free: list[int] = []
+        cap = 1024
+        # NaN: no state yet (a series' first batch only sets its baseline)
+        self._counter_last = np.full(cap, np.nan)
+        self._fast = np.full(cap, np.nan)
+        self._slow = np.full(cap, np.nan)
+        self._level_since = np.full(cap, np.nan)  # when the level gap opened
+        self._drift = np.full(cap, np.nan)  # EWMA of the gap to the peers
+        self._drift_since = np.full(cap, np.nan)  # when it began drifting
+        self._seen = np.zeros(cap, dtype=np.int64)  # batch number it was last seen in
+        self._layouts: OrderedDict[tuple[Any, ...], _Layout] = OrderedDict()
         self._low_loss: OrderedDict[str, float] = OrderedDict()
         self._first_seen: OrderedDict[str, float] = OrderedDict()
-        # series → (recent mean, long mean, when the gap between them opened)
-        self._levels: OrderedDict[SeriesInfo, tuple[float, float, float | None]] = OrderedDict()
         self._kinds: dict[str, int] = {}  # signal name → what the screen does with it
         self._max_series = max_series
         self._max_jobs = max_jobs
         self._lock = threading.Lock()
         self.cpu_s = 0.0  # thread CPU time spent looking, summed (what the screen costs)
         self.batches = 0
+
+    @property
+    def held_series(self) -> int:
+        """Series with state (bounded by `max_series`)."""
+        return len(self._slots)
 
     def look(
         self,
@@ -215,15 +241,17 @@ class BatchScreen:
         for e in events:
             signs.add(str(e.get("job") or ""), str(e.get("node") or ""), f"event {e.get('name')}")
         with self._lock:
-            self._look_logs(logs, signs)
-            if len(values) and ts_ms is not None and len(ts_ms):
-                first, last = float(ts_ms.min()) / 1e3, float(ts_ms.max()) / 1e3
-                self._look_series(series, counts, values, signs, last)
-                self._look_young(series, first, last, signs)
-            elif len(values):  # no timestamps: no episode has a time to be fresh by
-                self._look_series(series, counts, values, signs, 0.0)
-            self.cpu_s += time.thread_time() - began
             self.batches += 1
+            self._look_logs(logs, signs)
+            if len(values) and len(series):
+                layout = self._layout(series)
+                if ts_ms is not None and len(ts_ms):
+                    first, last = float(ts_ms.min()) / 1e3, float(ts_ms.max()) / 1e3
+                    self._look_series(layout, counts, values, signs, last)
+                    self._look_young(layout, first, last, signs)
+                else:  # no timestamps: no episode has a time to be fresh by
+                    self._look_series(layout, counts, values, signs, 0.0)
+            self.cpu_s += time.thread_time() - began
         return signs
 
     # --- logs ------------------------------------------------------------------------------
@@ -249,10 +277,8 @@ class BatchScreen:
             elif low > 0 and loss >= LOSS_RISE * low:
                 signs.add(job, "", "loss rose")
 
-    def _look_young(
-        self, series: Sequence[SeriesInfo], first: float, last: float, signs: Signs
-    ) -> None:
-        for job in {info.job for info in series if info.job}:
+    def _look_young(self, layout: _Layout, first: float, last: float, signs: Signs) -> None:
+        for job in layout.jobs:
             began = self._first_seen.get(job)
             if began is None:
                 began = self._first_seen[job] = first
@@ -262,91 +288,246 @@ class BatchScreen:
             if last - began < YOUNG_S:
                 signs.add(job, "", "young job")
 
-    # --- series ----------------------------------------------------------------------------
-    def _look_series(
-        self,
-        series: Sequence[SeriesInfo],
-        counts: np.ndarray,
-        values: np.ndarray,
-        signs: Signs,
-        now: float,
-    ) -> None:
-        nonzero = np.flatnonzero(counts)
-        if not len(nonzero):
+    # --- layouts and slots -----------------------------------------------------------------
+    def _layout(self, series: Sequence[SeriesInfo]) -> _Layout:
+        """The layout of this batch's series: the held one when the batch repeats it (one
+        comparison of the lists), else built, its series given slots."""
+        key = (len(series), series[0], series[-1])
+        held = self._layouts.get(key)
+        if held is not None and held.series == series:
+            self._layouts.move_to_end(key)
+            return held
+        layout = self._build_layout(list(series))
+        self._layouts[key] = layout
+        while len(self._layouts) > max(64, self._max_series // 64):
+            self._layouts.popitem(last=False)
+        return layout
+
+    def _slot(self, info: Hashable) -> int:
+        slot = self._slots.get(info)
+        if slot is not None:
+            return slot
+        if self._free:
+            slot = self._free.pop()
+            self._slot_info[slot] = info
+        else:
+            slot = len(self._slot_info)
+            self._slot_info.append(info)
+            if slot >= len(self._seen):
+                self._grow(2 * len(self._seen))
+        self._slots[info] = slot
+        for state in self._state_arrays():
+            state[slot] = np.nan
+        self._seen[slot] = self.batches
+        return slot
+
+    def _state_arrays(self) -> tuple[np.ndarray, ...]:
+        return (
+            self._counter_last,
+            self._fast,
+            self._slow,
+            self._level_since,
+            self._drift,
+            self._drift_since,
+        )
+
+    def _grow(self, capacity: int) -> None:
+        def grown(a: np.ndarray, fill: float) -> np.ndarray:
+            out = np.full(capacity, fill, dtype=a.dtype)
+            out[: len(a)] = a
+            return out
+
+        self._counter_last = grown(self._counter_last, np.nan)
+        self._fast = grown(self._fast, np.nan)
+        self._slow = grown(self._slow, np.nan)
+        self._level_since = grown(self._level_since, np.nan)
+        self._drift = grown(self._drift, np.nan)
+        self._drift_since = grown(self._drift_since, np.nan)
+        self._seen = grown(self._seen, 0)
+
+    def _make_room(self, new: int) -> None:
+        """Before `new` series get slots past `max_series`: free at least the tenth least
+        recently seen; the layouts that used them are rebuilt when next seen."""
+        held = len(self._slots)
+        if held + new <= self._max_series:
             return
-        starts = np.concatenate(([0], np.cumsum(counts)[:-1]))[nonzero]
-        finite = np.where(np.isfinite(values), values, 0.0)
-        sums = np.add.reduceat(finite, starts)
-        n = counts[nonzero].astype(np.float64)
-        means = sums / n
-        lasts = values[starts + counts[nonzero] - 1]
-        firsts = values[starts]
-        peers: dict[tuple[str, str], list[tuple[SeriesInfo, float]]] = {}
+        used = np.array(list(self._slots.values()), dtype=np.int64)
+        drop = min(held, max(held + new - self._max_series, held // 10))
+        oldest = used[np.argsort(self._seen[used], kind="stable")[:drop]]
+        for slot in oldest.tolist():
+            info = self._slot_info[slot]
+            if info is not None:
+                del self._slots[info]
+            self._slot_info[slot] = None
+            self._free.append(slot)
+        self._layouts.clear()
+
+    def _build_layout(self, series: list[SeriesInfo]) -> _Layout:
         kinds = self._kinds
-        for k, idx in enumerate(nonzero.tolist()):
-            info = series[idx]
+        throttle: list[int] = []
+        counter: list[int] = []
+        level: list[int] = []
+        peer: list[int] = []
+        groups: dict[tuple[str, str], int] = {}
+        peer_group: list[int] = []
+        for pos, info in enumerate(series):
             name = info.name
             kind = kinds.get(name)
             if kind is None:
                 kind = kinds[name] = _kind_of(name)
-            if kind == _SKIP:
-                continue
             if kind == _THROTTLE:
-                last_reasons = float(lasts[k])
-                if np.isfinite(last_reasons) and int(last_reasons) & _HW_THROTTLE:
-                    signs.add(info.job, info.node, "hardware throttling", lasting=True)
-                continue
-            mean = float(means[k])
-            if kind == _ERROR_COUNTER:
-                before = self._counter_last.get(info)
-                last = float(lasts[k])
-                if (before is not None and last > before) or float(firsts[k]) < last:
-                    signs.add(info.job, info.node, f"{name} moved")
-                self._remember_counter(info, last)
-                continue
-            held = self._levels.get(info)
-            changed: float | None = None
-            if held is None:
-                fast = slow = mean
-            else:
-                fast = held[0] + EWMA_ALPHA * (mean - held[0])
-                slow = held[1] + SLOW_ALPHA * (mean - held[1])
-                limit = max(LEVEL_CHANGE * abs(slow), _floor(name))
-                changed = _episode(held[2], abs(fast - slow), limit, now)
-                if _fresh(changed, now):
-                    signs.add(info.job, info.node, f"{name} changed level", lasting=True)
-            self._levels[info] = (fast, slow, changed)
-            self._levels.move_to_end(info)
+                throttle.append(pos)
+            elif kind == _ERROR_COUNTER:
+                counter.append(pos)
+            elif kind == _LEVEL:
+                level.append(pos)
             if name in _PEER_SIGNALS and (info.gpu or info.pid):
-                peers.setdefault((info.node, name), []).append((info, mean))
-        for (node, name), rows in peers.items():
-            if len(rows) < 2:
-                continue
-            level = float(np.mean([m for _, m in rows]))
-            if level <= _floor(name):
-                continue
-            limit = PEER_GAP_SYNC if name == signals.CUDA_SYNC_MS else PEER_GAP
-            for info, mean in rows:
-                key = (node, name, info.gpu or str(info.pid))
-                gap = mean / level - 1.0
-                prior = self._gaps.get(key)
-                # From 0, not from the first gap: one sample's jitter is not a drift.
-                held_drift = 0.0 if prior is None else prior[0]
-                drift = held_drift + PEER_ALPHA * (gap - held_drift)
-                began = _episode(None if prior is None else prior[1], abs(drift), limit, now)
-                self._gaps[key] = (drift, began)
-                self._gaps.move_to_end(key)
-                if _fresh(began, now):
-                    signs.add(info.job, node, f"{name} drifting from its peers", lasting=True)
-        for held_map in (self._gaps, self._levels):
-            while len(held_map) > self._max_series:
-                held_map.popitem(last=False)
+                peer.append(pos)
+                peer_group.append(groups.setdefault((info.node, name), len(groups)))
+        peer_keys = [_peer_key(series[p]) for p in peer]
+        self._make_room(
+            sum(1 for p in {*counter, *level} if series[p] not in self._slots)
+            + sum(1 for k in peer_keys if k not in self._slots)
+        )
+        slot = self._slot
 
-    def _remember_counter(self, info: SeriesInfo, value: float) -> None:
-        self._counter_last[info] = value
-        self._counter_last.move_to_end(info)
-        while len(self._counter_last) > self._max_series:
-            self._counter_last.popitem(last=False)
+        def slots(positions: list[int]) -> np.ndarray:
+            return np.array([slot(series[p]) for p in positions], dtype=np.int64)
+
+        group_names = [name for _, name in groups]
+        return _Layout(
+            series=series,
+            jobs=frozenset(info.job for info in series if info.job),
+            throttle=np.array(throttle, dtype=np.int64),
+            counter=np.array(counter, dtype=np.int64),
+            counter_slot=slots(counter),
+            level=np.array(level, dtype=np.int64),
+            level_slot=slots(level),
+            level_floor=np.array([_floor(series[p].name) for p in level], dtype=np.float64),
+            peer=np.array(peer, dtype=np.int64),
+            peer_slot=np.array([slot(k) for k in peer_keys], dtype=np.int64),
+            peer_group=np.array(peer_group, dtype=np.int64),
+            peer_limit=np.full(len(peer), PEER_GAP),
+            group_floor=np.array([_floor(name) for name in group_names], dtype=np.float64),
+            group_node=[node for node, _ in groups],
+        )
+
+    # --- series ----------------------------------------------------------------------------
+    def _look_series(
+        self, layout: _Layout, counts: np.ndarray, values: np.ndarray, signs: Signs, now: float
+    ) -> None:
+        n = len(layout.series)
+        counts = np.asarray(counts, dtype=np.int64)
+        nonzero = counts > 0
+        if not nonzero.any():
+            return
+        ends = np.cumsum(counts)
+        starts = ends - counts
+        # Per-series mean (a NaN sample counts as 0, as stored samples are finite), first and
+        # last value, for the series with samples in this batch.
+        finite = np.where(np.isfinite(values), values, 0.0)
+        nz = np.flatnonzero(nonzero)
+        sums = np.add.reduceat(finite, starts[nz]) if len(finite) else np.zeros(len(nz))
+        mean = np.full(n, np.nan)
+        mean[nz] = sums / counts[nz]
+        last = np.full(n, np.nan)
+        last[nz] = values[ends[nz] - 1]
+        first = np.full(n, np.nan)
+        first[nz] = values[starts[nz]]
+        series = layout.series
+        seen_slots = []
+
+        pos = layout.throttle[nonzero[layout.throttle]]
+        if len(pos):
+            reasons = last[pos]
+            ok = np.isfinite(reasons)
+            hw = np.zeros(len(pos), dtype=bool)
+            hw[ok] = (reasons[ok].astype(np.int64) & _HW_THROTTLE) != 0
+            for p in pos[hw].tolist():
+                info = series[p]
+                signs.add(info.job, info.node, "hardware throttling", lasting=True)
+
+        keep = nonzero[layout.counter]
+        pos, slot = layout.counter[keep], layout.counter_slot[keep]
+        if len(pos):
+            before, now_v = self._counter_last[slot], last[pos]
+            moved = (now_v > before) | (first[pos] < now_v)  # NaN (no state) compares False
+            self._counter_last[slot] = now_v
+            seen_slots.append(slot)
+            for p in pos[moved].tolist():
+                info = series[p]
+                signs.add(info.job, info.node, f"{info.name} moved")
+
+        keep = nonzero[layout.level]
+        pos, slot = layout.level[keep], layout.level_slot[keep]
+        if len(pos):
+            m = mean[pos]
+            fast, slow, since = self._fast[slot], self._slow[slot], self._level_since[slot]
+            fresh_series = np.isnan(fast)
+            fast = np.where(fresh_series, m, fast + EWMA_ALPHA * (m - fast))
+            slow = np.where(fresh_series, m, slow + SLOW_ALPHA * (m - slow))
+            limit = np.maximum(LEVEL_CHANGE * np.abs(slow), layout.level_floor[keep])
+            since = _episodes(since, np.abs(fast - slow), limit, now)
+            since[fresh_series] = np.nan  # a first batch only sets the baseline
+            self._fast[slot], self._slow[slot], self._level_since[slot] = fast, slow, since
+            seen_slots.append(slot)
+            for p in pos[_fresh_all(since, now)].tolist():
+                info = series[p]
+                signs.add(info.job, info.node, f"{info.name} changed level", lasting=True)
+
+        keep = nonzero[layout.peer]
+        if keep.any():
+            self._look_peers(layout, keep, mean, signs, now)
+            seen_slots.append(layout.peer_slot[keep])
+        for slot in seen_slots:
+            self._seen[slot] = self.batches
+
+    def _look_peers(
+        self, layout: _Layout, keep: np.ndarray, mean: np.ndarray, signs: Signs, now: float
+    ) -> None:
+        """Each GPU's (or rank's) gap to its node's peers on the same signal, smoothed."""
+        pos, slot, group = layout.peer[keep], layout.peer_slot[keep], layout.peer_group[keep]
+        m = mean[pos]
+        n_groups = len(layout.group_floor)
+        count = np.bincount(group, minlength=n_groups)
+        level = np.bincount(group, weights=m, minlength=n_groups) / np.maximum(count, 1)
+        compared = (count >= 2) & (level > layout.group_floor)
+        use = compared[group]
+        if not use.any():
+            return
+        pos, slot, group, m = pos[use], slot[use], group[use], m[use]
+        gap = m / level[group] - 1.0
+        # From 0, not from the first gap: one sample's jitter is not a drift.
+        held = np.nan_to_num(self._drift[slot], nan=0.0)
+        drift = held + PEER_ALPHA * (gap - held)
+        since = _episodes(self._drift_since[slot], np.abs(drift), layout.peer_limit[keep][use], now)
+        self._drift[slot], self._drift_since[slot] = drift, since
+        series = layout.series
+        fresh = _fresh_all(since, now)
+        for p, g in zip(pos[fresh].tolist(), group[fresh].tolist(), strict=True):
+            info = series[p]
+            signs.add(
+                info.job, layout.group_node[g], f"{info.name} drifting from its peers", lasting=True
+            )
+
+
+def _peer_key(info: SeriesInfo) -> tuple[str, str, str, str]:
+    return ("peer", info.node, info.name, info.gpu or str(info.pid))
+
+
+def _episodes(since: np.ndarray, gap: np.ndarray, limit: np.ndarray, now: float) -> np.ndarray:
+    """When each series' current excursion began (NaN: none under way): it begins when its
+    gap passes its limit and ends once it is back within half of it (hysteresis: a gap
+    hovering at the limit does not flicker)."""
+    out = np.where(np.isnan(since) & (gap >= limit), now, since)
+    out[gap < limit / 2] = np.nan
+    return out
+
+
+def _fresh_all(since: np.ndarray, now: float) -> np.ndarray:
+    """An excursion is a sign for PEER_HOLD_S after it began."""
+    fresh: np.ndarray = ~np.isnan(since) & (now - since <= PEER_HOLD_S)
+    return fresh
 
 
 # The process's screen: ingest's receivers feed it every stored batch (one per ingest process:

@@ -120,7 +120,7 @@ def test_state_is_bounded() -> None:
     screen = BatchScreen(max_series=10, max_jobs=3)
     for k in range(50):
         _look(screen, {_gpu(signals.DCGM_FI_DEV_GPU_UTIL, k, f"job-{k}"): 50.0}, float(k))
-    assert len(screen._levels) <= 10
+    assert screen.held_series <= 10
     assert len(screen._first_seen) <= 3
 
 
@@ -193,3 +193,32 @@ def test_each_simulated_fault_shows_a_sign_within_seconds_of_its_onset(scenario:
             first = start - onset
             break
     assert first is not None and first <= 5.0, (scenario, first)
+
+
+def test_state_carries_over_when_a_batch_brings_other_series() -> None:
+    """A node's batches change layout (a process starts, a collector on a slower cadence
+    reports): each series keeps its running means whichever layout brings it."""
+    screen = BatchScreen()
+    util = _gpu(signals.DCGM_FI_DEV_GPU_UTIL, 0)
+    power = _gpu(signals.DCGM_FI_DEV_POWER_USAGE, 0)
+    _steady(screen, {util: 97.0})
+    # The stall arrives in batches of another layout (power reported too, for the first time):
+    # the level change is seen within two of them, as in one layout, against the baseline
+    # the first layout built (lost, the first would only set a new baseline at 10).
+    signs = [_look(screen, {power: 300.0, util: 10.0}, 40.0 + k).nodes for k in range(2)]
+    assert signs[1] == {NODE: f"{signals.DCGM_FI_DEV_GPU_UTIL} changed level"}
+    assert screen.held_series == 2
+
+
+def test_a_peer_drift_carries_over_when_the_series_job_key_changes() -> None:
+    screen = BatchScreen()
+    for k in range(30):  # GPU 1 computes 20% longer than GPU 0 while the job runs
+        rows = {
+            SeriesInfo(signals.DCGM_FI_PROF_SM_ACTIVE, NODE, f"GPU-{i}", i, None, "job-1", i): v
+            for i, v in ((0, 0.5), (1, 0.6))
+        }
+        _look(screen, rows, float(k))
+    # The same GPUs' series without the job key (the agent lost the attribution): the drift
+    # held for (node, signal, GPU) goes on rather than starting again from 0.
+    rows = {_gpu(signals.DCGM_FI_PROF_SM_ACTIVE, i): v for i, v in ((0, 0.5), (1, 0.6))}
+    assert "drifting" in _look(screen, rows, 30.0).nodes.get(NODE, "")

@@ -5,6 +5,8 @@
   family through the whole live path, and the detection CPU per 1,000 GPUs.
 - `proof bench console` (proof_web/commands/bench_console.py): server time and queries of
   every console page on a seeded 10,000-GPU fleet.
+- `proof bench screen` (proof_web/commands/bench_screen.py): the batch screen's CPU per
+  stored batch.
 
 Each target's module adds its own options (`add_arguments`) and runs (`run`); neither sets
 Django up before it runs.
@@ -25,6 +27,10 @@ TARGETS: dict[str, tuple[str, str]] = {
     "console": (
         "proof_web.commands.bench_console",
         "p50/p95 server time and queries of every console page on a seeded 10,000-GPU fleet",
+    ),
+    "screen": (
+        "proof_web.commands.bench_screen",
+        "the batch screen's CPU per stored batch, per series and per 1,000 GPUs",
     ),
 }
 
