@@ -11,6 +11,7 @@ docs/live-pipeline.md describes the lifecycle; the numbers below carry their rea
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -92,6 +93,15 @@ SETTLED_S = 30.0
 # to gather anyway.
 URGENT_MAX_S = 8.0
 BACKOFF_TTL_S = 60.0
+# ...and never more often than its own cost allows: lasting-sign evaluations of one job may
+# use at most 1% of a core (its last evaluation's CPU / LASTING_CPU_SHARE seconds apart, up to
+# the routine ROUTINE_S). A 4-GPU job's ~20 ms evaluation is not held back by it (2 s); a
+# 200-GPU job's ~350 ms one is (35 s: routine). Lasting signs scale with the GPUs compared: of
+# a 25-node job's 200 GPUs one nearly always drifts or changes level a little, and the fleet
+# bench's five such jobs were evaluated every ~5 s on them (0.35 of its 0.43 cores per 1,000
+# GPUs). A happening (an event, an error line, a counter that moved) is never held by it.
+LASTING_CPU_SHARE = 0.01
+COST_TTL_S = 600.0
 # A job that stored data in the last 10 min is active (the fan-out evaluates it).
 ACTIVE_S = 600.0
 # GPU time is accounted up to 30 s behind the newest data: batches of a job's nodes arrive
@@ -247,17 +257,35 @@ def _backoff_key(operator_id: int, job_pk: int) -> str:
     return _key("eval-backoff", operator_id, job_pk)
 
 
+def _cost_key(operator_id: int, job_pk: int) -> str:
+    return _key("eval-cost", operator_id, job_pk)
+
+
+def lasting_interval(operator_id: int, job_pk: int) -> float:
+    """Seconds between evaluations of a job on lasting signs alone: its backed-off interval
+    (URGENT_S doubling to URGENT_MAX_S), and at least what its cost allows
+    (LASTING_CPU_SHARE), up to ROUTINE_S."""
+    backoff = float(cache.get(_backoff_key(operator_id, job_pk)) or URGENT_S)
+    cost = float(cache.get(_cost_key(operator_id, job_pk)) or 0.0)
+    return max(backoff, min(ROUTINE_S, cost / LASTING_CPU_SHARE))
+
+
 def _lasting_due(operator_id: int, job_pk: int) -> bool:
     """Whether a job whose batch shows only lasting signs is due an urgent evaluation: once
-    per its backed-off interval (URGENT_S doubling to URGENT_MAX_S), kept apart from the
-    prompt signs' 2 s debounce so that a happening is never held back by a backoff."""
-    interval = int(cache.get(_backoff_key(operator_id, job_pk)) or URGENT_S)
+    per `lasting_interval`, kept apart from the prompt signs' 2 s debounce so that a happening
+    is never held back by a backoff."""
+    interval = max(1, round(lasting_interval(operator_id, job_pk)))  # cache TTLs: whole seconds
     return bool(cache.add(_debounce_key(operator_id, job_pk, "lasting"), 1, interval))
 
 
-def _note_outcome(operator_id: int, job_pk: int, verdicts: bool, changed: bool) -> None:
-    """After an evaluation: a change resets the job's urgent cadence, an unchanged outcome
-    doubles its interval for lasting signs (URGENT_MAX_S) and, with verdicts, settles it."""
+def _note_outcome(
+    operator_id: int, job_pk: int, verdicts: bool, changed: bool, cpu_s: float | None = None
+) -> None:
+    """After an evaluation: its CPU is the job's cost (LASTING_CPU_SHARE); a change resets the
+    job's urgent cadence, an unchanged outcome doubles its interval for lasting signs
+    (URGENT_MAX_S) and, with verdicts, settles it."""
+    if cpu_s is not None:
+        cache.set(_cost_key(operator_id, job_pk), round(cpu_s, 4), COST_TTL_S)
     if changed:
         cache.delete(_backoff_key(operator_id, job_pk))
         return
@@ -330,6 +358,7 @@ def evaluate_job(operator_id: int, job_pk: int) -> EvaluationResult:
     with evaluation_lock(f"job:{operator_id}:{job_pk}") as acquired:
         if not acquired:
             return EvaluationResult("busy")
+        began_cpu = time.thread_time()
         with tenant_context(operator_id):
             job = ingest_selectors.job_by_pk(operator_id, job_pk)
             activity = JobActivity.objects.for_tenant(operator_id).filter(job_id=job_pk).first()
@@ -382,7 +411,13 @@ def evaluate_job(operator_id: int, job_pk: int) -> EvaluationResult:
                     Coalesce(F("usage_through_ts"), Value(usage_through)), Value(usage_through)
                 )
             rows.update(**marks)
-        _note_outcome(operator_id, job_pk, bool(verdicts), bool(merge.created or merge.revised))
+        _note_outcome(
+            operator_id,
+            job_pk,
+            bool(verdicts),
+            bool(merge.created or merge.revised),
+            cpu_s=time.thread_time() - began_cpu,
+        )
         return EvaluationResult("evaluated", verdicts, merge, (t0, t1))
 
 

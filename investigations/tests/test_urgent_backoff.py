@@ -101,3 +101,41 @@ def test_without_a_backoff_lasting_signs_keep_the_two_second_cadence(
     time.sleep(services.URGENT_S + 0.2)
     _note(op, pk, django_capture_on_commit_callbacks, prompt=False)
     assert announced == [services.URGENT_COUNTDOWN_S, services.URGENT_COUNTDOWN_S]
+
+
+def test_a_costly_job_is_evaluated_on_lasting_signs_no_more_often_than_its_cost_allows() -> None:
+    op, pk = _job("backoff-d")
+    assert services.lasting_interval(op, pk) == services.URGENT_S  # nothing known yet
+    # A 4-GPU job's ~20 ms evaluation leaves the backoff alone (2 s, doubling to 8 s) ...
+    services._note_outcome(op, pk, verdicts=False, changed=True, cpu_s=0.02)
+    assert services.lasting_interval(op, pk) == services.URGENT_S
+    # ... a 64-GPU job's 120 ms one spaces lasting-sign evaluations 12 s apart, even right
+    # after a change reset the backoff ...
+    services._note_outcome(op, pk, verdicts=True, changed=True, cpu_s=0.12)
+    assert services.lasting_interval(op, pk) == pytest.approx(12.0)
+    # ... and a 200-GPU job's 350 ms one leaves them to the routine pass.
+    services._note_outcome(op, pk, verdicts=False, changed=False, cpu_s=0.35)
+    assert services.lasting_interval(op, pk) == services.ROUTINE_S
+
+
+def test_a_costly_job_waits_on_lasting_signs_but_not_on_a_happening(
+    announced: list[float], django_capture_on_commit_callbacks: Any
+) -> None:
+    op, pk = _job("backoff-e")
+    services._note_outcome(op, pk, verdicts=False, changed=True, cpu_s=0.35)
+    _note(op, pk, django_capture_on_commit_callbacks, prompt=False)
+    assert announced == [services.URGENT_COUNTDOWN_S]  # the first lasting sign
+    time.sleep(services.URGENT_S + 0.2)
+    _note(op, pk, django_capture_on_commit_callbacks, prompt=False)
+    assert announced[1:] == [services.ROUTINE_COUNTDOWN_S]  # held back: its cost
+    _note(op, pk, django_capture_on_commit_callbacks, prompt=True)
+    assert announced[2:] == [services.URGENT_COUNTDOWN_S]  # a happening is not
+
+
+def test_an_evaluation_records_its_cost() -> None:
+    op, pk = _job("backoff-f")
+    cache.delete(services._cost_key(op, pk))
+    result = services.evaluate_job(op, pk)
+    assert result.status == "evaluated"
+    cost = cache.get(services._cost_key(op, pk))
+    assert cost is not None and 0 < cost < 5
