@@ -24,7 +24,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from django.conf import settings
 
-from billing import selectors
+from billing import banner, selectors
 from billing.models import LicenceStatus
 from billing.pricing import gpu_months, next_month
 from ingest import selectors as ingest_selectors
@@ -149,6 +149,7 @@ def check(now: datetime | None = None) -> LicenceStatus | None:
     status.save()
     if operator_id is not None:
         _apply_hold(operator_id, status, now)
+    banner.publish_licence(None if status.valid else status.message)
     if not status.valid:
         log.warning("licence: %s", status.message)
     return status

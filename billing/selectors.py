@@ -236,3 +236,47 @@ def chargeback_csv(principal: Principal, month: date) -> str:
             ]
         )
     return buf.getvalue()
+
+
+# --- the console's /settings/billing/ ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BillingPage:
+    account: BillingAccount | None
+    projection: Projection
+    month: date  # the month whose usage is shown line by line
+    month_priced: Priced
+    lines: list[GpuLine]
+    reports: list[MeterReport]
+    invoices: list[Invoice]
+    reconciliation: Reconciliation | None
+    chargeback: list[CustomerUsage]
+
+
+def billing_page(
+    principal: Principal, month: date | None, today: date | None = None
+) -> BillingPage:
+    """Everything /settings/billing/ shows, read in one tenant context (operator principals)."""
+    today = today or datetime.now(UTC).date()
+    shown = month or today.replace(day=1)
+    op = principal.operator_id
+    with tenant_context(op):
+        account = account_for(op)
+        proj = projection(op, today)
+        priced = proj.priced if shown == today.replace(day=1) else priced_month(op, shown)
+        return BillingPage(
+            account=account,
+            projection=proj,
+            month=shown,
+            month_priced=priced,
+            lines=gpu_lines(op, shown),
+            reports=reports_of_month(op, shown),
+            invoices=invoices(op),
+            reconciliation=latest_reconciliation(op),
+            chargeback=chargeback(principal, shown),
+        )
+
+
+def current_month(today: date | None = None) -> date:
+    return (today or datetime.now(UTC).date()).replace(day=1)

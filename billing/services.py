@@ -17,7 +17,7 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
-from billing import selectors
+from billing import banner, selectors
 from billing.models import AccountState, BillingAccount, Invoice, InvoiceState, Plan
 from investigations import verdict_hold
 from tenants.context import system_context, tenant_context
@@ -110,6 +110,7 @@ def do_mark_past_due(operator_id: int, reason: str, now: datetime | None = None)
             account.past_due_since = now
             account.state_reason = reason[:300]
             account.save(update_fields=["state", "past_due_since", "state_reason"])
+            transaction.on_commit(lambda: banner.publish(account))
         return str(account.state)
 
 
@@ -131,6 +132,7 @@ def do_pause(operator_id: int, reason: str, now: datetime | None = None) -> bool
         account.state_reason = reason[:300]
         account.save(update_fields=["state", "paused_since", "state_reason"])
         verdict_hold.do_hold_verdicts(operator_id, reason, now=now)
+        transaction.on_commit(lambda: banner.publish(account))
     return True
 
 
@@ -138,11 +140,12 @@ def advance_dunning(now: datetime | None = None) -> list[int]:
     """Pause every past-due account whose grace period is over; the operators paused."""
     now = now or datetime.now(UTC)
     with system_context():
-        due = [
-            a
-            for a in BillingAccount.objects.filter(state=AccountState.PAST_DUE)
-            if (grace_ends(a) or now) <= now
-        ]
+        accounts = list(BillingAccount.objects.exclude(state=AccountState.ACTIVE))
+    for account in accounts:  # the banners of a cache that lost them (billing/banner.py)
+        banner.publish(account)
+    due = [
+        a for a in accounts if a.state == AccountState.PAST_DUE and (grace_ends(a) or now) <= now
+    ]
     paused = []
     for account in due:
         if do_pause(
@@ -169,6 +172,7 @@ def do_mark_paid(operator_id: int) -> bool:
             account.past_due_since = None
             account.state_reason = ""
             account.save(update_fields=["state", "past_due_since", "state_reason"])
+            transaction.on_commit(lambda: banner.publish(account))
         return was_paused
 
 
@@ -188,6 +192,8 @@ def do_cancel(operator_id: int, now: datetime | None = None) -> None:
     do_pause(operator_id, "subscription cancelled", now)
     with tenant_context(operator_id):
         BillingAccount.objects.for_tenant(operator_id).update(state=AccountState.CANCELED)
+        account = BillingAccount.objects.for_tenant(operator_id).get()
+    banner.publish(account)
 
 
 # --- invoices ------------------------------------------------------------------------------
