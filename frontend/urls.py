@@ -4,7 +4,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path, re_path
 
-from frontend.views import fleet, health, home, incidents, jobs, price, share
+from frontend.views import billing, fleet, health, home, incidents, jobs, price, share
 from frontend.views.settings import agents as settings_agents
 from frontend.views.settings import api_tokens as settings_api_tokens
 from frontend.views.settings import customers as settings_customers
@@ -62,6 +62,13 @@ urlpatterns = [
         settings_api_tokens.api_token_revoke,
         name="settings-api-token-revoke",
     ),
+    path("settings/billing/", billing.billing_settings, name="settings-billing"),
+    path(
+        "settings/billing/chargeback.csv",
+        billing.billing_chargeback_csv,
+        name="settings-billing-chargeback",
+    ),
+    path("settings/billing/portal/", billing.billing_portal, name="settings-billing-portal"),
     path("settings/prices/", settings_prices.prices, name="settings-prices"),
     path("settings/prices/<int:price_id>/", settings_prices.price_edit, name="settings-price"),
     path(

@@ -32,6 +32,8 @@ def settings_links(principal: Principal) -> list[tuple[str, str]]:
             ("settings-prices", "GPU list prices"),
             *links,
         ]
+        if principal.is_admin:
+            links.append(("settings-billing", "Billing"))
     return links
 
 
