@@ -103,6 +103,8 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "tenants.context_processors.principal",
+                # The past-due / paused / licence banner, from the cache (no query).
+                "billing.context_processors.billing_banners",
             ],
         },
     },
