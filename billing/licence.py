@@ -102,7 +102,7 @@ def check(now: datetime | None = None) -> LicenceStatus | None:
     if not settings.LICENCE_FILE:
         return None
     now = now or datetime.now(UTC)
-    previous = LicenceStatus.objects.order_by("-checked_at").first()
+    previous = LicenceStatus.objects.order_by("-checked_at", "-id").first()
     lapsed_since = previous.lapsed_since if previous else None
     operator_id: int | None = None
     try:
@@ -168,7 +168,7 @@ def _apply_hold(operator_id: int, status: LicenceStatus, now: datetime) -> None:
 def latest_status() -> LicenceStatus | None:
     if not settings.LICENCE_FILE:
         return None
-    return LicenceStatus.objects.order_by("-checked_at").first()
+    return LicenceStatus.objects.order_by("-checked_at", "-id").first()
 
 
 # --- the signed usage report -----------------------------------------------------------------
