@@ -11,7 +11,10 @@ from django.conf import settings
 from billing import tasks
 
 
-@worker_ready.connect
 def check_licence_at_start(sender: Any = None, **kwargs: Any) -> None:
     if settings.LICENCE_FILE:
         tasks.check_licence.delay()
+
+
+# Connected by call, not as a decorator: Celery's signals are untyped (mypy strict).
+worker_ready.connect(check_licence_at_start, weak=False)
