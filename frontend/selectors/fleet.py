@@ -404,7 +404,9 @@ def fleet_page(principal: Principal, filters: FleetFilters, now: float | None = 
             Customer.objects.for_tenant(principal).order_by("name", "id").values_list("pk", "name")
         )
         nodes_qs = _nodes(principal, filters, cutoff)
-        total = nodes_qs.count()
+        # Unfiltered, the nodes matching are the cards' count of every node.
+        unfiltered = filters.model is None and filters.state is None and filters.customer_id is None
+        total = cards.nodes if unfiltered else nodes_qs.count()
         start = (filters.page - 1) * NODES_PER_PAGE
         nodes = (
             list(nodes_qs.order_by("hostname", "id")[start : start + NODES_PER_PAGE])
