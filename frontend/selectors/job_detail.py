@@ -67,6 +67,10 @@ LANE_STEPS = 60
 RECENT_S = 600.0
 MIN_RECENT_S = 120.0
 RECENT_STEP_MARGIN = 1.25
+# …and at most this many GPU-seconds of samples (10 min of 64 GPUs): a larger job's window is
+# shortened in proportion, to no less than MIN_RECENT_S. The read and its decoding grow with
+# GPUs × seconds; a 256-rank job's 10 minutes were 1,920 blocks, ~200 ms of CPU a page.
+RECENT_GPU_S = 64 * RECENT_S
 # Log lines read for the training curves (Megatron prints one every 10 steps: 20,000 steps)…
 LOG_READ = 2000
 # …of which the newest 200 are shown, read with 50 more lines of context before them (a
@@ -665,14 +669,16 @@ class JobPage:
         return None if self.span is None else self.span[1] - self.span[0]
 
 
-def recent_seconds(steps: StepTable) -> float:
+def recent_seconds(steps: StepTable, gpus: int = 1) -> float:
     """How much of the newest data the lanes and GPU charts read: the log's last LANE_STEPS
     steps and a margin, within MIN_RECENT_S-RECENT_S (RECENT_S when the log gives no step
-    time)."""
+    time), and for a job of more than 64 GPUs at most RECENT_GPU_S ÷ its GPUs (so a 256-GPU
+    job's lanes show the steps of its last 150 s)."""
+    longest = max(MIN_RECENT_S, min(RECENT_S, RECENT_GPU_S / max(1, gpus)))
     step_s = table_step_seconds(steps)
     if not math.isfinite(step_s):
-        return RECENT_S
-    return min(RECENT_S, max(MIN_RECENT_S, LANE_STEPS * step_s * RECENT_STEP_MARGIN))
+        return longest
+    return min(longest, max(MIN_RECENT_S, LANE_STEPS * step_s * RECENT_STEP_MARGIN))
 
 
 def _job_gpus(operator_id: int, job: Job) -> dict[str, tuple[str, int | None, str]]:
@@ -706,14 +712,17 @@ def job_page(principal: Principal, job_id: str, all_ranks: bool = False) -> JobP
     window: JobWindow | None = None
     if span is not None:
         t1 = span[1]
-        t0 = max(span[0], t1 - recent_seconds(steps))
+        t0 = max(span[0], t1 - recent_seconds(steps, max(len(gpus), job.world_size or 0)))
         store = JobPageStore(
             op, job.job_id, span, logs, {u: (n, i) for u, (n, i, _m) in gpus.items()}
         )
         window = build_job_window(store, job.job_id, t0, t1)
+    # The verdicts table shows the light columns; the verdict JSON (~7 KB each: 57 of them
+    # on the bench's 256-rank job) is left in the database.
     incidents = list(
         Incident.objects.for_tenant(principal)
         .filter(job=job)
+        .defer("verdict")
         .annotate(
             open_first=Case(
                 When(state=IncidentState.OPEN, then=Value(0)),

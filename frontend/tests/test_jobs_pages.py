@@ -22,6 +22,7 @@ from django.db import connection
 from django.test import Client
 
 from contract.parsers import training as tp
+from engine.window import parse_logs
 from frontend.selectors import job_detail
 from ingest import selectors as ingest_selectors
 from ingest import services as ingest_services
@@ -566,6 +567,21 @@ def test_a_large_job_shows_rank_0_and_the_ranks_furthest_from_the_median() -> No
     assert len(job_detail._capped_lines([(0, "rank 0")], values[:1], "%", None)) == 1
     # No lanes (no per-rank shares): the first ranks.
     assert job_detail.shown_ranks(None, ranks) == frozenset(range(64))
+
+
+def test_a_large_job_reads_a_recent_window_bounded_by_gpu_seconds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Up to 64 GPUs the lanes and charts read the last RECENT_S (or the last 60 steps); a
+    larger job at most RECENT_GPU_S ÷ its GPUs, never under MIN_RECENT_S."""
+    no_steps = parse_logs([])[0]
+    assert job_detail.recent_seconds(no_steps) == job_detail.RECENT_S
+    assert job_detail.recent_seconds(no_steps, 64) == job_detail.RECENT_S
+    assert job_detail.recent_seconds(no_steps, 256) == job_detail.RECENT_GPU_S / 256 == 150.0
+    assert job_detail.recent_seconds(no_steps, 10_000) == job_detail.MIN_RECENT_S
+    monkeypatch.setattr(job_detail, "table_step_seconds", lambda _steps: 4.0)  # 60 steps: 300 s
+    assert job_detail.recent_seconds(no_steps, 8) == 300.0
+    assert job_detail.recent_seconds(no_steps, 256) == 150.0
 
 
 def test_job_page_ranks_parameter_is_checked(client: Client, a: Tenant) -> None:
