@@ -751,11 +751,21 @@ def gpus_reported_between(
     then (billing's metering, docs/billing.md). By NVML UUID, so a GPU moved to another node,
     or a node re-imaged under the same name, is the same GPU; the hostnames say where it was."""
     with tenant_context(operator_id):
-        rows = (
+        # Two reads, not one join: the series of the period's buckets (an index range of the
+        # rollups), then those series' GPU and node. Joined in one statement, a planner
+        # without fresh statistics (right after a bulk of rollups) nested-looped every bucket
+        # over the nodes: 2 s for a 1,000-GPU day, against tens of ms this way.
+        series_ids = list(
             SeriesRollup.objects.for_tenant(operator_id)
             .filter(bucket_start_ms__gte=t0_ms, bucket_start_ms__lt=t1_ms, count__gt=0)
-            .exclude(series__gpu="")
-            .values_list("series__gpu", "series__node__hostname")
+            .values_list("series_id", flat=True)
+            .distinct()
+        )
+        rows = (
+            Series.objects.for_tenant(operator_id)
+            .filter(pk__in=series_ids)
+            .exclude(gpu="")
+            .values_list("gpu", "node__hostname")
             .distinct()
         )
         found: dict[str, set[str]] = {}
