@@ -13,7 +13,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from django.conf import settings
 
 from billing import licence, metering, selectors
-from billing.pricing import next_month, parse_month
+from billing.bench import run_bench
+from billing.pricing import days_in_month, next_month, parse_month
 from tenants.access import Principal
 from tenants.roles import Role
 from tenants.selectors import operator_by_slug, operator_slugs
@@ -67,6 +68,10 @@ def run(action: str, options: dict[str, Any], write: Writer) -> int:
         write("-", f"wrote {options['out']}; public key {licence.public_key_b64(key)}\n")
         return 0
     month = parse_month(options["month"])
+    if action == "bench":
+        result = run_bench(options["gpus"], options["days"] or days_in_month(month), month)
+        write("-", "\n".join(result.lines()) + "\n")
+        return 0
     operators = _operators(options.get("operator"))
     if action == "usage":
         write("-", _usage(month, operators))

@@ -4,63 +4,18 @@ way ingest's rollup task leaves them, written directly for days ingest would no 
 
 from __future__ import annotations
 
-import hashlib
-from datetime import UTC, date, datetime, time, timedelta
+from datetime import date, timedelta
 
 import numpy as np
 
+from billing.bench import MODEL, rollups
 from contract import signals
 from contract.wire.encode import BatchBuilder
 from ingest import services as ingest_services
-from ingest.models import Gpu, Node, Series, SeriesRollup
 from ingest.processing import Limits, decode_batch
-from tenants.context import tenant_context
 
 HOUR_MS = 3_600_000
-MODEL = "NVIDIA H100 80GB HBM3"
-
-
-def rollups(
-    operator_id: int, gpus_by_node: dict[str, list[str]], days: list[date], hours: int = 1
-) -> int:
-    """One rollup bucket of one GPU series per GPU per hour for `hours` hours of each day."""
-    made = 0
-    with tenant_context(operator_id):
-        for hostname, gpus in gpus_by_node.items():
-            node, _ = Node.objects.get_or_create(operator_id=operator_id, hostname=hostname)
-            series = []
-            for uuid in gpus:
-                Gpu.objects.update_or_create(
-                    operator_id=operator_id, uuid=uuid, defaults={"node": node, "model": MODEL}
-                )
-                key = hashlib.sha256(f"{hostname}/{uuid}".encode()).hexdigest()[:32]
-                s, _ = Series.objects.get_or_create(
-                    operator_id=operator_id,
-                    key_hash=key,
-                    defaults={"name": signals.DCGM_FI_DEV_GPU_UTIL, "node": node, "gpu": uuid},
-                )
-                series.append(s)
-            rows = []
-            for day in days:
-                start = int(datetime.combine(day, time(0), UTC).timestamp() * 1000)
-                for h in range(hours):
-                    for s in series:
-                        rows.append(
-                            SeriesRollup(
-                                operator_id=operator_id,
-                                series=s,
-                                bucket_start_ms=start + h * HOUR_MS,
-                                count=60,
-                                min=0.0,
-                                max=1.0,
-                                sum=30.0,
-                                first=0.0,
-                                last=1.0,
-                            )
-                        )
-            SeriesRollup.objects.bulk_create(rows, batch_size=5000)
-            made += len(rows)
-    return made
+__all__ = ["days_of", "rollups", "stream"]
 
 
 def stream(

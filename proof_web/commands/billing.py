@@ -28,6 +28,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         p.add_argument("--operator", default=None, help="operator slug (default: every one)")
         if name in ("chargeback", "export"):
             p.add_argument("--out", default="-", help="file to write (default: stdout)")
+    bench = sub.add_parser("bench", help="time the daily usage computation on a synthetic fleet")
+    bench.add_argument("--month", default="2028-02", help="YYYY-MM (default 2028-02)")
+    bench.add_argument("--gpus", type=int, default=1000)
+    bench.add_argument("--days", type=int, default=0, help="default: the whole month")
     sub.add_parser("licence", help="check the licence file now and print the result")
     keygen = sub.add_parser("keygen", help="write a new Ed25519 private key (PEM)")
     keygen.add_argument("--out", required=True)
