@@ -779,6 +779,14 @@ def gpus_reported_between(
         return {u: (str(models.get(u) or ""), hosts) for u, hosts in found.items()}
 
 
+def gpus_seen_count(operator_id: int, since: datetime) -> int:
+    """How many of the operator's GPUs an agent reported since `since` (the inventory's
+    last_seen_at, moved by every batch): the GPUs reporting now, before their hour's rollup
+    exists (billing's projection of today)."""
+    with tenant_context(operator_id):
+        return Gpu.objects.for_tenant(operator_id).filter(last_seen_at__gte=since).count()
+
+
 def gpus_of_node(operator_id: int, hostname: str) -> dict[str, int | None]:
     """GPU uuid → index of the node's registered GPUs."""
     with tenant_context(operator_id):
