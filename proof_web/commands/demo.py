@@ -216,6 +216,9 @@ def run(args: argparse.Namespace) -> int:
     print(f"proof demo: migrating ({where})", flush=True)
     call_command("migrate", interactive=False, verbosity=0)
     ids = ensure_demo_data()
+    from billing.services import ensure_demo_plan
+
+    ensure_demo_plan(ids["operator_id"])  # /settings/billing/ shows usage and a projection
     if args.setup_only:
         print("proof demo: demo data ready")
         _print_logins(None)
