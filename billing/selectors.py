@@ -121,7 +121,10 @@ def projection(operator_id: int, today: date | None = None) -> Projection:
         int(start.timestamp() * 1000),
         int((start + timedelta(days=1)).timestamp() * 1000),
     )
-    gpus_today = len(live) or counts.get(today, 0)
+    # The rollups of today's last hours come up to 15 min late (ingest's task): GPUs seen
+    # by the inventory today count too.
+    seen = ingest_selectors.gpus_seen_count(operator_id, start)
+    gpus_today = max(len(live), seen, counts.get(today, 0))
     projected = dict(counts)
     for k in range(today.day, days_in_month(month) + 1):
         day = month.replace(day=k)

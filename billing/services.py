@@ -235,3 +235,22 @@ def close_previous_months(today: date | None = None) -> int:
     today = today or datetime.now(UTC).date()
     month = previous_month(today)
     return len([do_close_month(op, month) for op in operator_ids()])
+
+
+DEMO_PLAN = "demo"
+
+
+def ensure_demo_plan(operator_id: int) -> BillingAccount:
+    """The demo operator's plan (proof demo): 45 USD per GPU-month, 35 above 100 GPU-months,
+    a 500 USD minimum; kept as it is if the operator already has an account."""
+    account = selectors.account_for(operator_id)
+    if account is not None:
+        return account
+    plan = do_upsert_plan(
+        DEMO_PLAN,
+        name="Demo: per GPU-month",
+        price_per_gpu_month=Decimal("45"),
+        tiers=[{"up_to": 100, "price": "45"}, {"up_to": None, "price": "35"}],
+        minimum_monthly=Decimal("500"),
+    )
+    return do_assign_plan(operator_id, plan)
