@@ -217,7 +217,24 @@ class JobGpuUsage(TenantOwned):
         ]
         # The console's real price over a period reads the rows whose last sample is in it or
         # after (/price/, /fleet/'s cards): recent periods skip the fleet's history.
-        indexes = [operator_index("last_ts", name="inv_usage_last_ts")]
+        indexes = [
+            operator_index("last_ts", name="inv_usage_last_ts"),
+            # A job's sums (its productive share, which /jobs/?sort=share computes for every
+            # job; the list's real prices) from an index-only scan, not a heap read per GPU.
+            # operator_id is in it for the row-level-security filter.
+            models.Index(
+                fields=["job", "operator"],
+                include=[
+                    "gpu_model",
+                    "method",
+                    "gpu_seconds",
+                    "compute_seconds",
+                    "wait_seconds",
+                    "idle_seconds",
+                ],
+                name="inv_usage_job_sums",
+            ),
+        ]
 
     @property
     def productive_share(self) -> float | None:
