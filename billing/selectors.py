@@ -109,7 +109,9 @@ class Projection:
     gpus_today: int
 
 
-def projection(operator_id: int, today: date | None = None) -> Projection:
+def projection(
+    operator_id: int, today: date | None = None, account: BillingAccount | None = None
+) -> Projection:
     """This month so far (metered days), plus today's GPUs (read live from the rollups)
     counted for today and each day left."""
     today = today or datetime.now(UTC).date()
@@ -129,7 +131,7 @@ def projection(operator_id: int, today: date | None = None) -> Projection:
     for k in range(today.day, days_in_month(month) + 1):
         day = month.replace(day=k)
         projected[day] = max(projected.get(day, 0), gpus_today)
-    terms = terms_for(account_for(operator_id))
+    terms = terms_for(account if account is not None else account_for(operator_id))
     return Projection(
         price_month(month, counts, terms), price_month(month, projected, terms), gpus_today
     )
@@ -266,7 +268,7 @@ def billing_page(
     op = principal.operator_id
     with tenant_context(op):
         account = account_for(op)
-        proj = projection(op, today)
+        proj = projection(op, today, account)
         priced = proj.priced if shown == today.replace(day=1) else priced_month(op, shown)
         return BillingPage(
             account=account,
