@@ -8,6 +8,7 @@ import time
 from datetime import UTC, datetime
 from decimal import Decimal
 
+import numpy as np
 import pytest
 
 from billing import selectors, services
@@ -31,7 +32,7 @@ def test_demo_plan_projection_counts_gpus_reporting_now() -> None:
     for k in range(30):  # 30 GPUs streaming, no rollup built yet
         identity = {signals.NODE: f"n{k // 8}", signals.GPU: f"GPU-P{k}", signals.GPU_INDEX: k % 8}
         builder.add_samples(
-            signals.DCGM_FI_DEV_GPU_UTIL, identity, [now - 5.0, now - 4.0], [1.0, 2.0]
+            signals.DCGM_FI_DEV_GPU_UTIL, identity, np.array([now - 5.0, now - 4.0]), np.ones(2)
         )
     ingest_services.store_batch(op, decode_batch(builder.build(1), Limits()))
     proj = selectors.projection(op)
