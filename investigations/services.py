@@ -286,6 +286,11 @@ def _note_outcome(
     (URGENT_MAX_S) and, with verdicts, settles it."""
     if cpu_s is not None:
         cache.set(_cost_key(operator_id, job_pk), round(cpu_s, 4), COST_TTL_S)
+        floor = min(ROUTINE_S, cpu_s / LASTING_CPU_SHARE)
+        if floor > URGENT_MAX_S:
+            # Counted from this evaluation, whatever brought it (the routine pass, a
+            # happening): a costly job's lasting signs add none within its floor.
+            cache.set(_debounce_key(operator_id, job_pk, "lasting"), 1, round(floor))
     if changed:
         cache.delete(_backoff_key(operator_id, job_pk))
         return

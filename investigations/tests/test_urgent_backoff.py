@@ -122,14 +122,19 @@ def test_a_costly_job_waits_on_lasting_signs_but_not_on_a_happening(
     announced: list[float], django_capture_on_commit_callbacks: Any
 ) -> None:
     op, pk = _job("backoff-e")
-    services._note_outcome(op, pk, verdicts=False, changed=True, cpu_s=0.35)
+    # A 4-GPU job's evaluation: the next lasting sign is evaluated within seconds.
+    services._note_outcome(op, pk, verdicts=False, changed=True, cpu_s=0.02)
     _note(op, pk, django_capture_on_commit_callbacks, prompt=False)
-    assert announced == [services.URGENT_COUNTDOWN_S]  # the first lasting sign
+    assert announced == [services.URGENT_COUNTDOWN_S]
+    # A 200-GPU job's: counted from that evaluation, lasting signs wait the routine pass ...
+    services._note_outcome(op, pk, verdicts=False, changed=True, cpu_s=0.35)
     time.sleep(services.URGENT_S + 0.2)
     _note(op, pk, django_capture_on_commit_callbacks, prompt=False)
-    assert announced[1:] == [services.ROUTINE_COUNTDOWN_S]  # held back: its cost
+    assert announced[1:] == [services.ROUTINE_COUNTDOWN_S]
+    # ... and a happening does not.
+    time.sleep(services.URGENT_S + 0.2)
     _note(op, pk, django_capture_on_commit_callbacks, prompt=True)
-    assert announced[2:] == [services.URGENT_COUNTDOWN_S]  # a happening is not
+    assert announced[2:] == [services.URGENT_COUNTDOWN_S]
 
 
 def test_an_evaluation_records_its_cost() -> None:
