@@ -234,11 +234,33 @@ def record(item: Claimed, outcome: Outcome, now: datetime | None = None) -> str:
     return str(update["state"])
 
 
+def ensure_customers() -> int:
+    """Create the Stripe customer (and subscription) of every account that has none yet —
+    an account given a plan since the last pass, or every one when Stripe was just
+    configured; the accounts done. One failing is logged and left for the next pass."""
+    with system_context():
+        pending = list(
+            BillingAccount.objects.filter(stripe_customer_id="").values_list(
+                "operator_id", "operator__name"
+            )
+        )
+    done = 0
+    for operator_id, name in pending:
+        try:
+            do_ensure_customer(operator_id, name)
+            done += 1
+        except stripe.StripeError as exc:
+            log.warning("Stripe customer of operator %s not created yet: %s", operator_id, exc)
+    return done
+
+
 def deliver_due(now: datetime | None = None) -> int:
-    """One pass of the outbox: claim, send, record; the rows attempted."""
+    """One pass of the outbox: customers owed first, then claim, send, record; the rows
+    attempted."""
     if not metering.stripe_enabled():
         return 0
     configure()
+    ensure_customers()
     items = claim(now)
     for item in items:
         record(item, send(item), now)

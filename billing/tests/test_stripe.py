@@ -152,6 +152,26 @@ def test_reconciliation_reports_a_day_stripe_lacks(fake_stripe: FakeStripe) -> N
     assert recon.differences == {f"{days[-1]:%Y-%m-%d}": {"ours": units, "stripe": 0}}
 
 
+def test_an_account_metered_locally_gets_its_customer_and_its_reports_sent(
+    fake_stripe: FakeStripe, settings: Any
+) -> None:
+    # Metered while Stripe was not configured: local reports.
+    settings.BILLING_STRIPE_SECRET_KEY = None
+    a = make_tenant("later-a")
+    plan = services.do_upsert_plan(
+        "later", name="Later", price_per_gpu_month=Decimal("60"), stripe_price_id="price_1"
+    )
+    services.do_assign_plan(a.operator.pk, plan)
+    day = _recent_days(1)[0]
+    rollups(a.operator.pk, {"n": ["G1"]}, [day])
+    metering.do_meter_day(a.operator.pk, day)
+    # Configured: the next pass creates the customer and sends what was kept locally.
+    settings.BILLING_STRIPE_SECRET_KEY = "sk_test_fake"
+    assert stripe_sync.deliver_due() == 1
+    assert len(fake_stripe.customers) == 1
+    assert list(fake_stripe.events) == [metering.identifier_for(a.operator.pk, day, 0)]
+
+
 def test_without_a_key_billing_stays_local(settings: Any) -> None:
     settings.BILLING_STRIPE_SECRET_KEY = None
     a = make_tenant("local-a")
