@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import orjson
 from django.db.models import Case, IntegerField, Value, When
+from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 
 from contract import signals
@@ -573,6 +574,22 @@ class ShownLine:
         """What the parser read, as one string: the page has 200 of these, and one template
         variable per line renders several times faster than a loop over the fields."""
         return " · ".join(f"{name} {value}" for name, value in self.read)
+
+    @property
+    def html(self) -> SafeString:
+        """The log table's row, escaped: one template variable a row instead of six (200 rows
+        a page; their rendering was a tenth of the charted job page's CPU)."""
+        parsed = self.kind is not None
+        kind = escape(self.kind or "")
+        rank = "" if self.rank is None else str(self.rank)
+        stderr = " stderr" if self.stream == "stderr" else ""
+        read = f"<strong>{kind}</strong> · {escape(self.read_text)}" if parsed else ""
+        return mark_safe(  # noqa: S308 - every value escaped here
+            (f'<tr class="parsed" data-kind="{kind}">' if parsed else "<tr>")
+            + f'<td class="ts">{self.time_text}</td><td class="num">{rank}</td>'
+            + f'<td class="line{stderr}"><code>{escape(self.line)}</code></td>'
+            + f'<td class="read">{read}</td></tr>'
+        )
 
 
 # The ParsedLine fields shown (all but which kind and framework: the kind is shown apart).
