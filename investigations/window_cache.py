@@ -288,12 +288,12 @@ class CachedIngestStore:
                 e.catalog = self._recatalog(
                     e.catalog, ingest_selectors.job_series_catalog(op, self.job), e.series, cutoff
                 )
-                for node in e.node_series:
+                fresh_catalogs = ingest_selectors.nodes_series_catalogs(
+                    op, e.node_series, node_level=True
+                )
+                for node, catalog in fresh_catalogs.items():
                     e.node_catalogs[node] = self._recatalog(
-                        e.node_catalogs.get(node),
-                        ingest_selectors.node_series_catalog(op, node, node_level=True),
-                        e.node_series[node],
-                        cutoff,
+                        e.node_catalogs.get(node), catalog, e.node_series[node], cutoff
                     )
                 e.meta_key = job_state
                 e.meta_read_at = now
