@@ -39,13 +39,13 @@ MAX_TOKENS = 200
 
 SYSTEM = (
     "You answer a question about an incident on a GPU job that Proof's detectors already "
-    "decided. Answer in 1 or 2 short sentences using ONLY the facts given; copy numbers, ranks, "
-    "node names and times exactly as written; put the id of each fact you use in brackets, "
-    "like [e1] or [t2]. Say what the evidence shows, not why. If the facts do not answer the "
-    "question, set answerable to false.\n"
-    "Example (another incident): QUESTION: Which node is slow? "
-    '{"answerable": true, "answer": "Rank 5 on node hgx-12 is the slowest rank in every block '
-    'since 10:02:11 UTC [e2].", "cited": ["e2"]}'
+    "decided. Answer in 1 or 2 short sentences using only words, numbers, ranks, node names and "
+    "times that the facts below contain, copied exactly; add nothing of your own. Put the id of "
+    "each fact you use in brackets, like [e1] or [t2]. Say what the evidence shows, not why. If "
+    "the facts do not answer the question, set answerable to false.\n"
+    "Example (another incident; its facts are not yours): QUESTION: Which node is slow? "
+    '{"answerable": true, "answer": "The slowest rank in every block ran on the node its '
+    'evidence names [e2].", "cited": ["e2"]}'
 )
 
 # Words that carry no topic: a question made only of these and unknown words is off-topic.
@@ -203,10 +203,14 @@ def prompt(
 
 def _parse(text: str) -> dict[str, Any] | None:
     try:
-        value = json.loads(text)
+        value = json.loads(text, strict=False)  # a raw newline in a string: run._parse
     except json.JSONDecodeError:
         return None
-    return value if isinstance(value, dict) else None
+    if not isinstance(value, dict):
+        return None
+    if isinstance(value.get("answer"), str):
+        value["answer"] = " ".join(value["answer"].split())
+    return value
 
 
 def publishable(answer: dict[str, Any]) -> tuple[str, list[str]]:

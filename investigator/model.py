@@ -157,6 +157,12 @@ def system_into_user(messages: list[dict[str, str]]) -> list[dict[str, str]]:
 class LlamaCppWriter:
     """A GGUF run in this process; output constrained to the answer's JSON schema."""
 
+    # llama.cpp's penalty on tokens among the last 64 (the prompt's tail and the answer so far):
+    # greedy decoding of the 270M model loops ("The machine has a 16-rank cluster …" four times,
+    # caught by the validator's repetition rule); a light penalty breaks most loops, and the
+    # grammar still forces the JSON's own repeated punctuation.
+    repeat_penalty = 1.1
+
     def __init__(self, model_path: str | Path | None = None, threads: int | None = None):
         self.path = Path(model_path) if model_path else default_model_path()
         # The default GGUF carries no chat template (llama.cpp would fall back to llama-2's
@@ -184,6 +190,7 @@ class LlamaCppWriter:
                 temperature=temperature,
                 max_tokens=max_tokens,
                 seed=0,
+                repeat_penalty=self.repeat_penalty,
             )
         usage = out.get("usage") or {}
         return Reply(

@@ -58,6 +58,70 @@ _NUMBER = re.compile(r"(?<![\w.])[-+]?\d+(?:[.,]\d+)*(?:[eE][-+]?\d+)?")
 _TOKEN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*")
 
 
+# Words any explanation may use whatever its evidence says: grammar, and the plain verbs and
+# comparisons that state a measurement ("rose", "slower", "than"). Every other word must be one
+# the evidence, the verdict's text or the checks use (`unbacked_words`).
+_GLUE_TEXT = """
+a an the is are was were be been being has have had do does did it its this that these those
+there here which who whom whose what when where while whilst of in on at to for from by with
+within without into onto over under up down out off about around across after before during
+since until till between among against versus vs per than then as and or but nor not no never
+none nothing also still only just even so both each every all any some other others rest same
+more most less least much many few several one two three four five first second last next
+previous its their they them he she his her we our you your i me my
+show shows showed shown rise rose risen rising fall fell fallen falling drop dropped dropping
+stay stayed remain remained went go goes going ran run runs running take took taken took
+lose lost losing cost costs spend spent wait waited waiting reach reached see seen saw find
+found report reported record recorded measure measured observe observed stood stand keep kept
+begin began start started end ended stop stopped climb climbed grow grew grown increase
+increased decrease decreased change changed made make making came come become became seem
+high higher highest low lower lowest fast faster fastest slow slower slowest long longer
+longest short shorter shortest large larger largest small smaller smallest big bigger biggest
+near nearly almost about roughly only whole entire total overall again once twice times
+time job rank node gpu step value baseline median mean average can could use used using
+evidence fact facts verdict detector data shows
+"""
+
+
+def stem(word: str) -> str:
+    """A crude stem, enough to match "ranks"/"rank", "throttled"/"throttle", "saves"/"save"."""
+    for suffix in ("ing", "ed", "es", "ly", "s"):
+        if len(word) > len(suffix) + 2 and word.endswith(suffix):
+            return word[: -len(suffix)]
+    return word
+
+
+_WORD = re.compile(r"[A-Za-z]+")
+
+
+def _words_of(text: str) -> list[str]:
+    """The alphabetic words of `text`, lowercased; a token with a digit ("gpu469", a UUID) and
+    a citation are the other rules' business."""
+    bare = _CITE.sub(" ", _UUID.sub(" ", text))
+    return [
+        w.lower()
+        for tok in _TOKEN.findall(bare)
+        if not any(c.isdigit() for c in tok)
+        for w in _WORD.findall(tok)
+    ]
+
+
+GLUE = frozenset(stem(w) for w in _GLUE_TEXT.split())
+
+
+def unbacked_words(text: str, facts: Facts) -> list[str]:
+    """Words of `text` that neither the evidence (its notes, signals, the verdict's text, the
+    checks' findings) nor the plain glue of a sentence uses: what a small model invents
+    (measured: "not upgraded to the latest version of the GPU driver", "repaired by another
+    machine", "a fault in its memory" — validated by every other rule, no evidence behind
+    them)."""
+    seen: dict[str, None] = {}
+    for w in _words_of(text):
+        if len(w) > 1 and stem(w) not in facts.words and stem(w) not in GLUE:
+            seen.setdefault(w, None)
+    return list(seen)
+
+
 @dataclass
 class Facts:
     numbers: set[float] = field(default_factory=set)
@@ -67,8 +131,10 @@ class Facts:
     paths: set[str] = field(default_factory=set)
     ranks: set[int] = field(default_factory=set)
     ids: set[str] = field(default_factory=set)
+    words: set[str] = field(default_factory=set)  # stems of the evidence's own words
 
     def add_text(self, text: str) -> None:
+        self.words |= {stem(w) for w in _words_of(text)}
         for u in _UUID.findall(text):
             self.uuids.add(u.lower())
         for t in _TIME.findall(text):
@@ -252,6 +318,10 @@ def check_prose(text: str, family: str, facts: Facts, what: str) -> list[str]:
     others = _other_family_named(text, family)
     if others:
         complaints.append(f"{what} names another family ({', '.join(others)})")
+    invented = unbacked_words(text, facts)
+    if invented:
+        shown = ", ".join(f"'{w}'" for w in invented[:6])
+        complaints.append(f"{what} uses words no evidence uses ({shown}): use the facts' words")
     return complaints + check_text(text, facts)
 
 

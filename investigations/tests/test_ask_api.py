@@ -30,7 +30,7 @@ from tenants.context import tenant_context
 from tenants.models import AuditEvent, Customer, Role, TokenScope
 from tenants.testing import TEST_PASSWORD, Tenant, make_tenant
 
-ANSWER = "The sequence_imbalance verdict rests on tensor pipes idle [e1]."
+ANSWER = "Tensor pipes idle: sequence_imbalance observed [e1]."
 
 
 @dataclass

@@ -2,8 +2,9 @@
 chat-completions shape, and the refusal of an endpoint outside loopback/private ranges.
 
 The server answers as a JSON-schema-constrained model would: with a JSON object in the
-message content. It builds the answer from the request it received (the schema's fixed family
-and category, a cited id from the schema's enum), so the test shows what the writer sends."""
+message content. It builds the answer from the request it received (a cited id from the schema's
+enum; the family and category are the detector's, not asked for), so the test shows what the
+writer sends."""
 
 from __future__ import annotations
 
@@ -33,9 +34,9 @@ class _Handler(BaseHTTPRequestHandler):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         self.server.requests.append({"path": self.path, "body": body})
         schema = body["response_format"]["json_schema"]["schema"]["properties"]
+        # The family and category are the detector's: the schema does not ask for them.
+        assert "family" not in schema and "category" not in schema
         answer = {
-            "family": schema["family"]["enum"][0],
-            "category": schema["category"]["enum"][0],
             "explanation": self.server.answer_text,
             "cited": ["e1"],
             "ruled_out": [],

@@ -64,8 +64,13 @@ def test_a_text_built_from_the_evidence_passes(checked: Any) -> None:
         (lambda t, v: t.replace("[e6]", "[e99]"), "e99"),
         (lambda t, v: t + " It started at 03:17:45 UTC [e1].", "time 03:17:45"),
         (lambda t, v: t + " The data sampler's sequence imbalance did it.", "another family"),
+        # measured from the default model, validated before the vocabulary rule
+        (
+            lambda t, v: t + " The machine was not upgraded to the latest GPU driver.",
+            "uses words no evidence uses ('machine', 'upgraded', 'latest', 'driver')",
+        ),
     ],
-    ids=["number", "gpu", "rank", "node", "citation", "time", "family-in-text"],
+    ids=["number", "gpu", "rank", "node", "citation", "time", "family-in-text", "words"],
 )
 def test_a_claim_the_evidence_does_not_back_is_rejected(
     checked: Any, change: Any, complaint: str

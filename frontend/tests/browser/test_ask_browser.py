@@ -28,7 +28,7 @@ def _respond(body: dict[str, Any]) -> dict[str, Any]:
     first = next(i for i in cited_ids(body) if i.startswith("e"))
     return {
         "answerable": True,
-        "answer": f"The verdict names the GPU in its evidence [{first}].",
+        "answer": f"The GPU shows it in every value [{first}].",
         "cited": [first],
     }
 
@@ -62,7 +62,7 @@ def test_operator_asks_about_an_incident_and_sees_the_cited_answer(
             answered.locator(".question").inner_text() == "Which GPU is affected, and since when?"
         )
         answer = answered.locator("[data-testid=answer]").inner_text()
-        assert answer == f"The verdict names the GPU in its evidence [{first_id}]."
+        assert answer == f"The GPU shows it in every value [{first_id}]."
         assert answered.locator("[data-testid=cited]").inner_text() == f"cites {first_id}"
         assert "every claim checked against the evidence" in answered.inner_text()
         assert len(server.requests) == 1
