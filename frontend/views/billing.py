@@ -32,12 +32,24 @@ def _month(request: HttpRequest) -> date | None:
         raise BadParameter("month", str(exc)) from None
 
 
+# A GPU's NVML UUID as stored (DailyUsage.gpu).
+_AFTER_MAX = 96
+
+
+def _after(request: HttpRequest) -> str:
+    """`?after=`: the GPU (UUID) the page of usage lines starts after; empty: the first page."""
+    raw = request.GET.get("after", "")
+    if len(raw) > _AFTER_MAX:
+        raise BadParameter("after", f"a GPU UUID of at most {_AFTER_MAX} characters")
+    return raw
+
+
 @require_GET
 @console_view(operator_only=True, admin_only=True)
 @answers_bad_parameters
 def billing_settings(request: HttpRequest, principal: Principal) -> HttpResponse:
     month = _month(request)
-    page = billing_selectors.billing_page(principal, month)
+    page = billing_selectors.billing_page(principal, month, after=_after(request))
     return render_settings(
         request,
         principal,
