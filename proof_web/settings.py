@@ -256,6 +256,13 @@ REST_FRAMEWORK = {
     "DEFAULT_PAGINATION_CLASS": "tenants.api.pagination.ProofCursorPagination",
     "PAGE_SIZE": 100,
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
+    # DRF's parsers with the API's input limits: body size, JSON depth, objects only, no NUL
+    # or lone surrogates (tenants/api/limits.py, docs/api.md "Limits").
+    "DEFAULT_PARSER_CLASSES": [
+        "tenants.api.parsers.LimitedJSONParser",
+        "tenants.api.parsers.LimitedFormParser",
+        "tenants.api.parsers.LimitedMultiPartParser",
+    ],
     # One JSON error shape for every 4xx (tenants/api/errors.py, docs/api.md).
     "EXCEPTION_HANDLER": "tenants.api.errors.exception_handler",
     "DEFAULT_SCHEMA_CLASS": "tenants.api.schema.ProofAutoSchema",
