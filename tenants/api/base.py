@@ -32,6 +32,7 @@ from rest_framework.serializers import Serializer
 
 from tenants.access import Principal
 from tenants.api.errors import error_body, is_error_body
+from tenants.api.limits import bound_serializer, check_query_params
 from tenants.api.permissions import principal_or_none
 from tenants.context import activate_tenant_in_transaction
 from tenants.models import TenantOwned
@@ -131,9 +132,16 @@ class TenantScopedMixin(_ViewSetBase):
         if data is None:
             data = self.request.data
         shape = shape_class(data=data, **kwargs)
+        bound_serializer(shape, self.model)
         shape.is_valid(raise_exception=True)
         validated: dict[str, Any] = shape.validated_data
         return validated
+
+    def get_serializer(self, *args: Any, **kwargs: Any) -> Any:
+        serializer = super().get_serializer(*args, **kwargs)
+        if "data" in kwargs:
+            bound_serializer(serializer, self.model)
+        return serializer
 
     def created(self, row: Any, **extra: Any) -> Response:
         """201 with the new row in the viewset's read shape (and `extra`: a token's plaintext)."""
@@ -154,6 +162,12 @@ class TenantScopedMixin(_ViewSetBase):
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
         super().initial(request, *args, **kwargs)
         principal = request_principal(request)
+        # Before any view reads a filter: text PostgreSQL cannot hold is refused by name.
+        check_query_params(request.query_params)
+        if request.method in ("POST", "PUT", "PATCH"):
+            # Parse the body now, even where the view never reads it: a bad body (nested too
+            # deep, not an object, unstorable text) is refused alike by every write endpoint.
+            request.data  # noqa: B018 - the parse is the point
         # Inside dispatch's transaction: the token's operator is the tenant from here on.
         activate_tenant_in_transaction(principal.operator_id)
 

@@ -42,6 +42,7 @@ _CODE_FOR_STATUS = {
     406: "not_acceptable",
     409: "conflict",
     410: "gone",
+    413: "too_large",
     415: "unsupported_media_type",
     429: "throttled",
 }

@@ -18,10 +18,13 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from django.core.exceptions import FieldDoesNotExist
-from django.db.models import QuerySet
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db.models import ForeignKey, IntegerField, QuerySet
 from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.pagination import Cursor, CursorPagination
 from rest_framework.request import Request
+
+from tenants.api.limits import integer_range, text_problem
 
 DEFAULT_PAGE_SIZE = 100
 MAX_PAGE_SIZE = 500
@@ -67,8 +70,11 @@ class ProofCursorPagination(CursorPagination):
     page_size_query_param = "page_size"
     max_page_size = MAX_PAGE_SIZE
     ordering: ClassVar[Any] = _FALLBACK_ORDERING  # type: ignore[misc]
+    _model: Any = None
 
     def get_ordering(self, request: Request, queryset: QuerySet[Any], view: Any) -> tuple[str, ...]:
+        # decode_cursor (called next) checks the cursor's position against this model's field.
+        self._model = queryset.model
         return ordering_for(queryset, view)
 
     def get_page_size(self, request: Request) -> int:
@@ -103,10 +109,35 @@ class ProofCursorPagination(CursorPagination):
 
     def decode_cursor(self, request: Request) -> Cursor | None:
         try:
-            return super().decode_cursor(request)
+            cursor = super().decode_cursor(request)
         except NotFound:
+            cursor, position_ok = None, False
+        else:
+            position_ok = cursor is None or self._position_fits(
+                None if cursor.position is None else str(cursor.position)
+            )
+        if not position_ok:
             # A cursor is only ever one we gave out: a mangled one is bad input, not a
-            # missing page.
+            # missing page (nor, filtered on as it stands, a 500).
             raise ValidationError(
                 {self.cursor_query_param: ["not a cursor this API gave out; follow `next`"]}
-            ) from None
+            )
+        return cursor
+
+    def _position_fits(self, position: str | None) -> bool:
+        """Whether a decoded cursor's position is a value of the ordering's first field."""
+        if position is None:
+            return True
+        if text_problem(position) is not None:
+            return False
+        name = self.ordering[0].lstrip("-")
+        meta = self._model._meta
+        field = meta.pk if name == "pk" else meta.get_field(name)
+        try:
+            value = field.to_python(position)
+        except DjangoValidationError:
+            return False
+        if isinstance(value, int) and isinstance(field, IntegerField | ForeignKey):
+            low, high = integer_range(field)
+            return low <= value <= high
+        return True
