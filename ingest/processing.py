@@ -33,6 +33,16 @@ MAX_NAME = L.MAX_SIGNAL_NAME_CHARS
 # are all at most this long and hold no NUL needs no per-field check at all (the usual batch).
 _ID_FLOOR = min(L.MAX_GPU_CHARS, L.MAX_EVENT_NAME_CHARS, L.MAX_NODE_CHARS, L.MAX_JOB_CHARS)
 MAX_KEPT_REJECTIONS = 32  # details kept per batch (all are counted)
+# BatchReceipt.sequence is a bigint: a larger sequence is refused here, by name, not by the
+# database mid-transaction.
+MAX_SEQUENCE = 2**63 - 1
+# A job's configuration is read by people and by detectors a few levels deep; a deeper one is
+# refused with the record (json.loads, PostgreSQL's jsonb and every walk of it recurse).
+MAX_CONFIG_JSON_DEPTH = 64
+# GPUs one Register may list: far above any node (16 is a lot), far below where storing
+# them one by one would hold the RPC for seconds (10,000 took 21 s).
+MAX_REGISTER_GPUS = 256
+# RegisterRequest.gpus[].index is an int32 and Gpu.index an integer: every value fits.
 
 
 class BatchRejected(Exception):
@@ -239,6 +249,10 @@ def decode_batch(
         raise BatchRejected("nul", "agent_id holds a NUL character")
     if batch.sequence < 1:
         raise BatchRejected("malformed", "sequence must be 1 or more")
+    if batch.sequence > MAX_SEQUENCE:
+        raise BatchRejected(
+            "malformed", f"sequence {batch.sequence} is over the limit of {MAX_SEQUENCE} (2^63-1)"
+        )
     n_records = (
         len(batch.logs)
         + len(batch.events)
@@ -519,10 +533,17 @@ def _decode_job(job: Any, what: str, strings: _Strings, window: _Window) -> dict
         problem = L.config_problem(job.config_json)
         if problem is not None:
             raise _RecordProblem(problem[0], f"{what}: config_json: {problem[1]}")
+        too_deep = False
         try:
             config = json.loads(job.config_json)
-        except (ValueError, RecursionError) as exc:
+        except RecursionError:
+            too_deep = True
+        except ValueError as exc:
             raise _RecordProblem("malformed", f"{what}: config_json is not JSON: {exc}") from None
+        if too_deep or _json_depth(config) > MAX_CONFIG_JSON_DEPTH:
+            raise _RecordProblem(
+                "malformed", f"{what}: config_json is nested over {MAX_CONFIG_JSON_DEPTH} levels"
+            )
         if not isinstance(config, dict):
             raise _RecordProblem("malformed", f"{what}: config_json must be a JSON object")
     return {
@@ -539,6 +560,60 @@ def _decode_job(job: Any, what: str, strings: _Strings, window: _Window) -> dict
         "rerun_of": job.rerun_of,
         "attributes": attributes,
     }
+
+
+def _json_depth(value: Any) -> int:
+    """How deep a parsed JSON value nests (a scalar: 0), without recursing."""
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            item = list(item.values())
+        if isinstance(item, list):
+            depth += 1
+            deepest = max(deepest, depth)
+            if depth <= MAX_CONFIG_JSON_DEPTH:
+                stack.extend((child, depth) for child in item)
+    return deepest
+
+
+class RegisterRefused(Exception):
+    """A RegisterRequest ingest will not record: `field` (dotted, "gpus.3.uuid") and why."""
+
+    def __init__(self, field: str, problem: str) -> None:
+        super().__init__(f"{field}: {problem}")
+        self.field = field
+        self.problem = problem
+
+
+def _register_text(value: str, field: str, *, limit: int | None = None) -> None:
+    problem = L.text_problem(value, len(value) if limit is None else limit)
+    if problem is not None:
+        raise RegisterRefused(field, problem[1])
+
+
+def check_register(request: Any) -> None:
+    """RegisterRequest as ingest records it, else RegisterRefused naming the first bad field.
+
+    The agent id is refused over its limit, as every batch of that id would be; NUL and lone
+    surrogates are refused anywhere (no host or driver produces them). Over-long host names and
+    GPU texts are not refused: a real host may have them, and the servicer cleans them exactly
+    as the agent cleans the same values in its records, so Register's node and GPU ids match
+    the batches'."""
+    if not request.agent_id:
+        raise RegisterRefused("agent_id", "is required")
+    _register_text(request.agent_id, "agent_id", limit=MAX_AGENT_ID)
+    if not request.hostname:
+        raise RegisterRefused("hostname", "is required")
+    _register_text(request.hostname, "hostname")
+    _register_text(request.agent_version, "agent_version")
+    if len(request.gpus) > MAX_REGISTER_GPUS:
+        raise RegisterRefused(
+            "gpus", f"{len(request.gpus)} GPUs, over the limit of {MAX_REGISTER_GPUS}"
+        )
+    for i, gpu in enumerate(request.gpus):
+        for name in ("uuid", "model", "driver_version", "cuda_version"):
+            _register_text(getattr(gpu, name), f"gpus.{i}.{name}")
 
 
 def empty_batch(agent_id: str, sequence: int) -> Any:

@@ -43,7 +43,14 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from contract import limits as L
 from contract.wire import ingest_pb2, ingest_pb2_grpc
 from ingest import metrics, services
-from ingest.processing import BatchRejected, DecodedBatch, Limits, decode_batch
+from ingest.processing import (
+    BatchRejected,
+    DecodedBatch,
+    Limits,
+    RegisterRefused,
+    check_register,
+    decode_batch,
+)
 from tenants.services import resolve_agent_token, resolve_agent_token_ids
 
 log = logging.getLogger(__name__)
@@ -265,6 +272,16 @@ def _parse_batch(raw: bytes, limits: Limits) -> Any:
     return batch
 
 
+def _parse_register(raw: bytes) -> Any:
+    try:
+        return ingest_pb2.RegisterRequest.FromString(raw)
+    except DecodeError:
+        raise RegisterRefused(
+            "request",
+            "the message is not a valid RegisterRequest (e.g. a string field that is not UTF-8)",
+        ) from None
+
+
 class _Oversized(BatchRejected):
     def __init__(self, sequence: int, message: str) -> None:
         super().__init__("oversized", message)
@@ -276,9 +293,10 @@ def service_handler(servicer: IngestServicer) -> grpc.GenericRpcHandler:
     return grpc.method_handlers_generic_handler(
         SERVICE_NAME,
         {
+            # Parsed by the servicer too: bytes that are not a RegisterRequest (a string that
+            # is not UTF-8) are INVALID_ARGUMENT saying so, not gRPC's INTERNAL.
             "Register": grpc.unary_unary_rpc_method_handler(
                 servicer.Register,
-                request_deserializer=ingest_pb2.RegisterRequest.FromString,
                 response_serializer=ingest_pb2.RegisterResponse.SerializeToString,
             ),
             "Stream": grpc.stream_stream_rpc_method_handler(
@@ -347,7 +365,7 @@ class IngestServicer(ingest_pb2_grpc.IngestServicer):  # type: ignore[misc]
             self._refuse(context)
         return int(operator_id)  # type: ignore[arg-type]
 
-    def Register(self, request: Any, context: grpc.ServicerContext) -> Any:
+    def Register(self, raw: bytes, context: grpc.ServicerContext) -> Any:
         # The token's id too: the node records which token its agent registered with.
         try:
             ids = resolve_agent_token_ids(_bearer(context))
@@ -356,8 +374,12 @@ class IngestServicer(ingest_pb2_grpc.IngestServicer):  # type: ignore[misc]
         if ids is None:
             self._refuse(context)
         operator_id, token_id = ids  # type: ignore[misc]
-        if not request.agent_id or not request.hostname:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "agent_id and hostname are required")
+        try:
+            request = _parse_register(raw)
+            check_register(request)
+        except RegisterRefused as exc:
+            metrics.REJECTS.labels("register_refused").inc()
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         # Cleaned exactly as the agent cleans the same values in its records (contract/limits.py),
         # so the node and GPU ids of Register match those of the batches.
         gpus = [
