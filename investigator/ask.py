@@ -43,9 +43,12 @@ SYSTEM = (
     "times that the facts below contain, copied exactly; add nothing of your own. Put the id of "
     "each fact you use in brackets, like [e1] or [t2]. Say what the evidence shows, not why. If "
     "the facts do not answer the question, set answerable to false.\n"
-    "Example (another incident; its facts are not yours): QUESTION: Which node is slow? "
-    '{"answerable": true, "answer": "The slowest rank in every block ran on the node its '
-    'evidence names [e2].", "cited": ["e2"]}'
+    # Another family's example: copied verbatim onto this incident, its words fail the
+    # vocabulary rule (measured: a generic "slowest rank" example was copied and passed).
+    "Example (another incident; its facts are not yours): QUESTION: How long did the "
+    'checkpoint saves take? {"answerable": true, "answer": "Every checkpoint save froze all '
+    'ranks while write latency on the checkpoint mount rose far above its baseline [e2].", '
+    '"cited": ["e2"]}'
 )
 
 # Words that carry no topic: a question made only of these and unknown words is off-topic.

@@ -79,7 +79,7 @@ high higher highest low lower lowest fast faster fastest slow slower slowest lon
 longest short shorter shortest large larger largest small smaller smallest big bigger biggest
 near nearly almost about roughly only whole entire total overall again once twice times
 time job rank node gpu step value baseline median mean average can could use used using
-evidence fact facts verdict detector data shows
+evidence fact facts verdict detector data shows name names named
 """
 
 
