@@ -13,6 +13,7 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
+from proof_web import heap  # noqa: E402
 from proof_web.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
@@ -23,3 +24,4 @@ application = ProtocolTypeRouter(
         ),
     }
 )
+heap.settle()  # after the application and its routes are loaded: proof_web/heap.py

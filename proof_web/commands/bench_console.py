@@ -36,6 +36,7 @@ from typing import Any
 from urllib.parse import quote, urlsplit
 
 from contract.cli import NumberOption, add_number_options
+from proof_web import heap
 
 _NUMBER_OPTIONS: tuple[NumberOption, ...] = (
     ("--repeat", int, 20, "timed requests per page (default 20)"),
@@ -365,6 +366,7 @@ def run(args: argparse.Namespace) -> int:
         clients[key] = Client()
         clients[key].force_login(user)
     pages = _pages(targets)
+    heap.settle()  # the collector as the web servers set it (proof_web/heap.py)
     # The list pages' own sort/filter/page links.
     for page in list(pages):
         path = urlsplit(page.url).path
