@@ -439,8 +439,14 @@ class IngestServicer(ingest_pb2_grpc.IngestServicer):  # type: ignore[misc]
 
         def read() -> None:
             checked = time.monotonic()
+            # The batch read and not yet handed on (its sequence once parsed; 0 before), and
+            # whether its "queued" was counted: an error while one is in hand must end the
+            # stream unavailable, never OK without its ack.
+            in_hand: int | None = None
+            counted = False
             try:
                 for raw in request_iterator:
+                    in_hand, counted = 0, False
                     arrived = time.monotonic()
                     if stop_reading.is_set():
                         break
@@ -455,7 +461,7 @@ class IngestServicer(ingest_pb2_grpc.IngestServicer):  # type: ignore[misc]
                     sequence = 0
                     try:
                         batch = _parse_batch(raw, self.limits)
-                        sequence = int(batch.sequence)
+                        sequence = in_hand = int(batch.sequence)
                         decoded = decode_batch(batch, self.limits, size=len(raw))
                     except BatchRejected as exc:
                         sequence = getattr(exc, "sequence", sequence)
@@ -486,11 +492,22 @@ class IngestServicer(ingest_pb2_grpc.IngestServicer):  # type: ignore[misc]
                         metrics.REJECTED_SAMPLES.inc(decoded.rejected_samples)
                         self._reject_log.note(decoded)
                     events.put(("queued",))
+                    counted = True
                     self.writer.submit(
                         WriteItem(operator_id, decoded, arrived, on_done(decoded, arrived))
                     )
+                    in_hand = None
             except Exception as exc:
-                log.debug("stream ended: %s", exc)
+                if in_hand is None:
+                    log.debug("stream ended: %s", exc)
+                else:
+                    log.error(
+                        "batch %s could not be queued (%s: %s); the stream ends unavailable",
+                        in_hand or "?",
+                        type(exc).__name__,
+                        L.clean_text(str(exc), 200),
+                    )
+                    events.put(("lost", in_hand, exc, counted))
             finally:
                 events.put(("end",))
 
@@ -534,6 +551,10 @@ class IngestServicer(ingest_pb2_grpc.IngestServicer):  # type: ignore[misc]
                     pending -= 1
                     stop_reading.set()
                     failure = failure or (event[1], event[2])
+                elif kind == "lost":
+                    pending -= 1 if event[3] else 0
+                    stop_reading.set()
+                    failure = failure or (event[1], event[2])
                 elif kind == "reject":
                     rejection = (event[1], event[2])
                 elif kind == "revoked":
@@ -546,9 +567,10 @@ class IngestServicer(ingest_pb2_grpc.IngestServicer):  # type: ignore[misc]
         finally:
             metrics.STREAMS.dec()
         if failure is not None:
+            which = f"batch {failure[0]}" if failure[0] else "a batch it read"
             context.abort(
                 grpc.StatusCode.UNAVAILABLE,
-                f"batch {failure[0]} could not be stored ({type(failure[1]).__name__}); "
+                f"{which} could not be stored ({type(failure[1]).__name__}); "
                 "resend it and the unacked batches after it",
             )
         if revoked:

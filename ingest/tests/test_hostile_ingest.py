@@ -195,3 +195,31 @@ def test_a_batch_of_only_a_deep_config_is_refused_whole_and_never_ends_ok(
     assert "batch 1 rejected" in error.details() and "nested" in error.details()
     with tenant_context(op):
         assert not BatchReceipt.objects.filter(operator_id=op).exists()
+
+
+def test_a_stream_never_ends_ok_without_the_ack_of_a_batch_it_read(
+    server: IngestServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A failure while a read batch is in hand (here its hand-over to the writers raises, as a
+    database outage in the token re-check would) ends the stream UNAVAILABLE naming it; the
+    agent's resend on a new stream stores it."""
+    op = make_tenant("hlost").operator.pk
+    token = token_for(op)
+    submit = server.writer.submit
+    calls: list[int] = []
+
+    def failing_once(item: Any) -> None:
+        calls.append(item.batch.sequence)
+        if len(calls) == 2:
+            raise RuntimeError("the queue is gone")
+        submit(item)
+
+    monkeypatch.setattr(server.writer, "submit", failing_once)
+    batches = [gpu_batch("agent-lost", 1), gpu_batch("agent-lost", 2)]
+    acks, error = stream_once(server.port, token, batches)
+    assert error is not None and error.code() == grpc.StatusCode.UNAVAILABLE
+    assert "batch 2 could not be stored" in error.details()
+    assert 2 not in [a.sequence for a in acks]
+    acks, error = stream_once(server.port, token, [gpu_batch("agent-lost", 2)])
+    assert error is None and [a.sequence for a in acks] == [2]
+    assert receipts(op, "agent-lost") == [1, 2]
