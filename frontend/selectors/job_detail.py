@@ -72,8 +72,11 @@ RECENT_STEP_MARGIN = 1.25
 # shortened in proportion, to no less than MIN_RECENT_S. The read and its decoding grow with
 # GPUs × seconds; a 256-rank job's 10 minutes were 1,920 blocks, ~200 ms of CPU a page.
 RECENT_GPU_S = 64 * RECENT_S
-# Log lines read for the training curves (Megatron prints one every 10 steps: 20,000 steps)…
-LOG_READ = 2000
+# Log lines read for the training curves (Megatron prints one every 10 steps: 5,000 steps; a
+# trainer printing every step, the bench's charted job, 500 steps or 50 minutes)… The page
+# parses them with the detectors' parser on every request: 2,000 lines were ~27 ms of the
+# charted job page's CPU on the console bench, 500 are ~7. Longer history is the hourly charts'.
+LOG_READ = 500
 # …of which the newest 200 are shown, read with 50 more lines of context before them (a
 # traceback's first line may come earlier).
 LOG_SHOWN = 200
