@@ -22,12 +22,9 @@ from typing import Any
 
 from django.db.models import (
     Count,
-    FloatField,
     QuerySet,
     Sum,
 )
-from django.db.models.fields.json import KT
-from django.db.models.functions import Cast
 
 from ingest.models import Job
 from investigations.models import Incident, IncidentState, JobGpuUsage
@@ -95,15 +92,11 @@ def period_price(principal: Principal, period: Period) -> RealPrice:
 # --- the money the open verdicts' causes cost ------------------------------------------------
 
 
-def _lost_hours() -> Any:
-    """An incident's `impact.gpu_hours_lost` (docs/verdicts.md), NULL where the verdict states
-    none (hardware faults, fleet health)."""
-    return Cast(KT("verdict__impact__gpu_hours_lost"), FloatField())
-
-
 def open_losses(principal: Principal, period: Period) -> dict[int, tuple[int, float]]:
     """Job pk → (open incidents, GPU-hours their verdicts say were lost) of the open job
-    incidents the principal may see whose interval overlaps the period (one query)."""
+    incidents the principal may see whose interval overlaps the period (one query; the losses
+    are the verdicts' `impact.gpu_hours_lost` as the incident's generated column keeps it, so
+    no verdict JSON is read)."""
     rows = (
         Incident.objects.for_tenant(principal)
         .filter(
@@ -113,7 +106,7 @@ def open_losses(principal: Principal, period: Period) -> dict[int, tuple[int, fl
             last_seen__gte=datetime.fromtimestamp(period.t0, UTC),
         )
         .values("job_id")
-        .annotate(n=Count("id"), hours=Sum(_lost_hours(), output_field=FloatField()))
+        .annotate(n=Count("id"), hours=Sum("gpu_hours_lost"))
         .order_by()
         .values_list("job_id", "n", "hours")
     )
