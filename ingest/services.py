@@ -168,7 +168,7 @@ def store_batch(operator_id: int, batch: DecodedBatch, now: datetime | None = No
         node_ids = _ensure_nodes(operator_id, _node_names(batch), now)
         touched = _touch_nodes(node_ids.values(), now)
         _touch_gpus(operator_id, batch, node_ids, touched, now)
-        job_ids = _ensure_jobs(operator_id, batch, now)
+        job_ids = _ensure_jobs(operator_id, batch, now, node_ids)
         series_ids = _resolve_series(operator_id, batch.series, node_ids, job_ids)
         write_blocks(_block_rows(operator_id, batch, series_ids, node_ids))
         _store_rows(LogLine, batch.logs, _LOG_FIELDS, operator_id, node_ids, job_ids)
@@ -349,9 +349,16 @@ def _job_refs(batch: DecodedBatch) -> set[str]:
     return refs
 
 
-def _ensure_jobs(operator_id: int, batch: DecodedBatch, now: datetime) -> dict[str, int]:
+def _ensure_jobs(
+    operator_id: int, batch: DecodedBatch, now: datetime, node_ids: dict[str, int]
+) -> dict[str, int]:
+    """The pk of every job the batch names (created if new). Locks, in pk order, the jobs it
+    describes and those its exits may end (see _lock_order)."""
     refs = _job_refs(batch)
     if not refs:
+        ending = _jobs_its_exits_may_end(operator_id, batch, node_ids, {})
+        if ending:
+            _apply_job_records(operator_id, {}, ending)
         return {}
     # Every record of a job in the batch, in order: one record may carry the scheduler and
     # another the state, so each applies what it says (a later value wins per field).
@@ -386,21 +393,53 @@ def _ensure_jobs(operator_id: int, batch: DecodedBatch, now: datetime) -> dict[s
                 "job_id", "id"
             )
         )
-    if records:
+    ending = _jobs_its_exits_may_end(operator_id, batch, node_ids, existing)
+    if records or ending:
         _apply_job_records(
-            operator_id, {existing[job_id]: recs for job_id, recs in records.items()}
+            operator_id, {existing[job_id]: recs for job_id, recs in records.items()}, ending
         )
     return existing
 
 
-def _apply_job_records(operator_id: int, recs_by_pk: dict[int, list[dict[str, Any]]]) -> None:
-    """One locked read of the batch's described jobs, in pk order (the lock is taken row by row
-    in the ORDER BY's order: two batches describing the same jobs in different orders must not
-    hold one each and wait for the other), then one save per job of all its records, in order.
-    FOR NO KEY UPDATE, not FOR UPDATE: a concurrent batch inserting series, logs or activity
-    of the job (foreign-key checks: FOR KEY SHARE) goes on without waiting for this one."""
-    jobs = Job.objects.select_for_update(no_key=True).filter(pk__in=recs_by_pk).order_by("pk")
+def _jobs_its_exits_may_end(
+    operator_id: int, batch: DecodedBatch, node_ids: dict[str, int], job_ids: dict[str, int]
+) -> set[int]:
+    """The jobs whose end the batch's exit records may decide (_end_job_when_every_rank_exited
+    locks them): the job each exiting process belongs to, by its record in this batch or its
+    stored row. A plain read; the rows are locked with the described jobs."""
+    if not batch.exits:
+        return set()
+    exiting = {(node_ids[r["node"]], r["pid"]) for r in batch.exits}
+    jobs = {
+        job_ids[r["job"]]
+        for r in batch.processes
+        if r["job"] in job_ids and (node_ids[r["node"]], r["pid"]) in exiting
+    }
+    jobs.update(r_job for r in batch.exits if (r_job := job_ids.get(r["job"])) is not None)
+    stored = Process.objects.filter(
+        operator_id=operator_id,
+        node_id__in={node for node, _pid in exiting},
+        pid__in={pid for _node, pid in exiting},
+        job__isnull=False,
+    ).values_list("node_id", "pid", "job_id")
+    jobs.update(job for node, pid, job in stored if (node, pid) in exiting)
+    return jobs
+
+
+def _apply_job_records(
+    operator_id: int, recs_by_pk: dict[int, list[dict[str, Any]]], ending: Iterable[int] = ()
+) -> None:
+    """One locked read of the batch's described jobs and those its exits may end, in pk order
+    (row by row in the ORDER BY's order: two batches naming the same jobs in different orders
+    must not hold one each and wait for the other), then one save per described job of all its
+    records, in order. The jobs to end are locked here, before any process or rank row: one
+    that took a job's ranks and then the job deadlocked with a batch describing it (issue 16).
+    FOR NO KEY UPDATE: other batches' foreign-key checks (FOR KEY SHARE) do not wait on it."""
+    wanted = set(recs_by_pk) | set(ending)
+    jobs = Job.objects.select_for_update(no_key=True).filter(pk__in=wanted).order_by("pk")
     for job in jobs:
+        if job.pk not in recs_by_pk:
+            continue
         previous = job.state
         for rec in recs_by_pk[job.pk]:
             _apply_job_record(operator_id, job, rec)
@@ -532,65 +571,98 @@ def _store_rows(
 def _store_processes(
     operator_id: int, batch: DecodedBatch, node_ids: dict[str, int], job_ids: dict[str, int]
 ) -> None:
-    # In (node, pid) order (stable: one process's records keep theirs), so two batches of the
-    # same nodes lock the process rows in one order.
-    for r in sorted(batch.processes, key=lambda r: (r["node"], r["pid"])):
-        seen = _dt(r["ts_us"])
-        job_id = job_ids.get(r["job"])
-        process, created = Process.objects.get_or_create(
-            operator_id=operator_id,
-            node_id=node_ids[r["node"]],
-            pid=r["pid"],
-            defaults={"first_seen_at": seen, "last_seen_at": seen},
-        )
-        if not created and process.exited_at is not None and seen > process.exited_at:
-            # The pid was reused by a new process.
-            process.first_seen_at, process.exit_code, process.exited_at = seen, None, None
-        process.last_seen_at = max(process.last_seen_at, seen)
-        for name in ("rank", "local_rank", "world_size"):
-            if r[name] is not None:
-                setattr(process, name, r[name])
-        if job_id is not None:
-            process.job_id = job_id
-        if r["gpu"]:
-            process.gpu = r["gpu"]
-        if r["cmd"]:
-            process.cmd = r["cmd"]
-        process.save()
-        if job_id is not None and r["rank"] is not None:
-            rank_fields = {
-                "local_rank": r["local_rank"],
-                "node_id": node_ids[r["node"]],
-                "gpu": r["gpu"],
-                "pid": r["pid"],
-            }
-            # A rank's input workers (DataLoader processes) inherit its RANK but hold no GPU:
-            # they name the rank only until its GPU process does, and never replace it (the
-            # rank's GPU selects the job's GPU series that carry no job id).
-            if r["gpu"]:
-                JobRank.objects.update_or_create(
-                    operator_id=operator_id, job_id=job_id, rank=r["rank"], defaults=rank_fields
-                )
-            else:
-                JobRank.objects.get_or_create(
-                    operator_id=operator_id, job_id=job_id, rank=r["rank"], defaults=rank_fields
-                )
+    """Process and exit records, then the ranks they name, then the end of the jobs whose
+    last rank exited (locked already, by _ensure_jobs): every process row in (node, pid) order,
+    a pid's process records before its exits, then every rank row in (job, rank) order. Ranks
+    written with their processes were locked in pid order, not the ranks' once a rank restarts
+    under a new pid: two batches of one job deadlocked there (issue 16)."""
+    ranks: dict[tuple[int, int], tuple[bool, dict[str, Any]]] = {}
     ended_jobs: set[int] = set()
-    for r in sorted(batch.exits, key=lambda r: (r["node"], r["pid"])):
-        ended = _dt(r["ts_us"])
-        process, _ = Process.objects.get_or_create(
-            operator_id=operator_id,
-            node_id=node_ids[r["node"]],
-            pid=r["pid"],
-            defaults={"first_seen_at": ended, "last_seen_at": ended},
-        )
-        process.exit_code, process.exited_at = r["exit_code"], ended
-        process.last_seen_at = max(process.last_seen_at, ended)
-        process.save(update_fields=["exit_code", "exited_at", "last_seen_at"])
-        if process.job_id is not None:
-            ended_jobs.add(process.job_id)
+    records = [(r["node"], r["pid"], 0, r) for r in batch.processes]
+    records += [(r["node"], r["pid"], 1, r) for r in batch.exits]
+    # Stable: one process's records keep their order.
+    records.sort(key=lambda item: item[:3])
+    for _node, _pid, is_exit, r in records:
+        if is_exit:
+            job = _store_exit(operator_id, r, node_ids)
+            if job is not None:
+                ended_jobs.add(job)
+        else:
+            _store_process(operator_id, r, node_ids, job_ids, ranks)
+    for (job_id, rank), (with_gpu, rank_fields) in sorted(ranks.items()):
+        # A rank's input workers (DataLoader processes) inherit its RANK but hold no GPU:
+        # they name the rank only until its GPU process does, and never replace it (the
+        # rank's GPU selects the job's GPU series that carry no job id).
+        if with_gpu:
+            JobRank.objects.update_or_create(
+                operator_id=operator_id, job_id=job_id, rank=rank, defaults=rank_fields
+            )
+        else:
+            JobRank.objects.get_or_create(
+                operator_id=operator_id, job_id=job_id, rank=rank, defaults=rank_fields
+            )
     for job_pk in sorted(ended_jobs):
         _end_job_when_every_rank_exited(job_pk)
+
+
+def _store_process(
+    operator_id: int,
+    r: dict[str, Any],
+    node_ids: dict[str, int],
+    job_ids: dict[str, int],
+    ranks: dict[tuple[int, int], tuple[bool, dict[str, Any]]],
+) -> None:
+    """One process record; the rank it names noted in `ranks`: the last with a GPU wins,
+    else the first without (what update_or_create / get_or_create record by record left)."""
+    seen = _dt(r["ts_us"])
+    job_id = job_ids.get(r["job"])
+    process, created = Process.objects.get_or_create(
+        operator_id=operator_id,
+        node_id=node_ids[r["node"]],
+        pid=r["pid"],
+        defaults={"first_seen_at": seen, "last_seen_at": seen},
+    )
+    if not created and process.exited_at is not None and seen > process.exited_at:
+        # The pid was reused by a new process.
+        process.first_seen_at, process.exit_code, process.exited_at = seen, None, None
+    process.last_seen_at = max(process.last_seen_at, seen)
+    for name in ("rank", "local_rank", "world_size"):
+        if r[name] is not None:
+            setattr(process, name, r[name])
+    if job_id is not None:
+        process.job_id = job_id
+    if r["gpu"]:
+        process.gpu = r["gpu"]
+    if r["cmd"]:
+        process.cmd = r["cmd"]
+    process.save()
+    if job_id is not None and r["rank"] is not None:
+        rank_fields = {
+            "local_rank": r["local_rank"],
+            "node_id": node_ids[r["node"]],
+            "gpu": r["gpu"],
+            "pid": r["pid"],
+        }
+        key = (job_id, r["rank"])
+        if r["gpu"]:
+            ranks[key] = (True, rank_fields)
+        elif key not in ranks:
+            ranks[key] = (False, rank_fields)
+
+
+def _store_exit(operator_id: int, r: dict[str, Any], node_ids: dict[str, int]) -> int | None:
+    """One exit record; the exited process's job, if it has one."""
+    ended = _dt(r["ts_us"])
+    process, _ = Process.objects.get_or_create(
+        operator_id=operator_id,
+        node_id=node_ids[r["node"]],
+        pid=r["pid"],
+        defaults={"first_seen_at": ended, "last_seen_at": ended},
+    )
+    process.exit_code, process.exited_at = r["exit_code"], ended
+    process.last_seen_at = max(process.last_seen_at, ended)
+    process.save(update_fields=["exit_code", "exited_at", "last_seen_at"])
+    return process.job_id
 
 
 # Jobs whose scheduler reports their end itself (Slurm through its job records, Kubernetes
