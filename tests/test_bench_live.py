@@ -60,3 +60,42 @@ def test_bench_live_finds_the_fault_and_prints_the_figures(tmp_path: Path) -> No
     assert cpu and float(cpu.group(1)) > 0, out
     assert re.search(r"evaluate_job [1-9]\d* runs", out), out
     assert "Traceback" not in result.stderr, result.stderr[-3000:]
+
+
+@pytest.mark.slow
+def test_bench_live_fleet_mode_prints_the_cost_per_data_second_stored(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "proof_web.cli",
+            "bench",
+            "live",
+            "--fleet-gpus",
+            "16",
+            "--fleet-agents",
+            "2",
+            "--fleet-faulty",
+            "1",
+            "--duration",
+            "150",
+            "--speed",
+            "5",
+        ],
+        cwd=REPO,
+        env={**embedded_default_env(tmp_path), "PROOF_EXPLAIN": "0"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    out = result.stdout
+    assert result.returncode == 0, (out[-3000:], result.stderr[-3000:])
+    assert "fleet: 2 nodes × 8 GPUs as 2 agent processes" in out
+    stored = re.search(r"over ([\d,]+) data s of (\d+) GPUs", out)
+    assert stored, out
+    # the divisor is what ingest stored, never more than was played
+    assert 60 <= int(stored.group(1).replace(",", "")) <= 150, out
+    lag = re.search(r"ingest stored (\d+) of the 150 data s played", out)
+    assert lag is None or int(lag.group(1)) < 143, out
+    cpu = re.search(r"→ ([\d.]+) cores per 1,000 GPUs", out)
+    assert cpu and float(cpu.group(1)) > 0, out
