@@ -11,9 +11,10 @@ page (a full one); after this no collection in any of those requests.
 Interleaved in one process (4 rounds × 6 requests a page each way, so the shared machine's
 drift falls on both), CPU p50 per page with this against CPython's defaults: the charted job
 page 80 -> 68 ms, the charted verdict page 97 -> 88, /health/ 85 -> 78, the jobs list 42 -> 40,
-/price/, /fleet/ and /incidents/ within 1 ms. Start-up objects are frozen (moved to the permanent generation: never scanned,
-and not copied on write by forked workers); the young threshold raised so a request's own
-short-lived cycles are collected in a few passes, not dozens. Memory: at most ~50,000 young
+/price/, /fleet/ and /incidents/ within 1 ms. Start-up objects are frozen (moved to the
+permanent generation: never scanned, and not copied on write by forked workers); the young
+threshold raised so a request's own short-lived cycles are collected in a few passes, not
+dozens. Memory: at most ~50,000 young
 objects wait for a collection (a few MB)."""
 
 from __future__ import annotations
