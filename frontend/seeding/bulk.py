@@ -49,6 +49,8 @@ def insert_columns(model: type[models.Model], columns: dict[str, Any]) -> int:
     for field in model._meta.concrete_fields:
         if field.primary_key or field.name in columns or field.attname in columns:
             continue
+        if field.generated:  # the database computes it (Incident.gpu_hours_lost)
+            continue
         if getattr(field, "auto_now", False) or getattr(field, "auto_now_add", False):
             value: Any = now
         elif field.has_default():
