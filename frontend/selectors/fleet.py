@@ -275,11 +275,11 @@ def _heat_map(
 ) -> tuple[list[NodeRow], list[int], list[str]]:
     """The page's rows (4 queries: GPUs, utilisation, jobs, incidents), the GPU indexes, and
     the page's GPU uuids."""
+    page_gpus = Gpu.objects.for_tenant(principal).filter(node_id__in=[n.pk for n in nodes])
     gpus = list(
-        Gpu.objects.for_tenant(principal)
-        .filter(node_id__in=[n.pk for n in nodes])
-        .order_by("node_id", "index", "uuid")
-        .values_list("node_id", "uuid", "index", "model")
+        page_gpus.order_by("node_id", "index", "uuid").values_list(
+            "node_id", "uuid", "index", "model"
+        )
     )
     uuids = [g[1] for g in gpus]
     buckets = (
@@ -295,7 +295,10 @@ def _heat_map(
     on_node: dict[str, list[str]] = {}
     for subject_node, subject_gpu, family in (
         open_infrastructure(principal)
-        .filter(Q(subject_node__in=hostnames) | Q(subject_gpu__in=uuids))
+        # The page's GPUs as a subquery of its nodes, not their 400 UUIDs as parameters: psycopg
+        # binds parameters client-side (Django's default), splitting and quoting a statement
+        # of hundreds of them in Python on every request.
+        .filter(Q(subject_node__in=hostnames) | Q(subject_gpu__in=page_gpus.values("uuid")))
         .values_list("subject_node", "subject_gpu", "family")
     ):
         if subject_gpu:
