@@ -209,6 +209,14 @@ AUTH_PASSWORD_VALIDATORS = [
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
+# Sign-in throttling (tenants/login_throttle.py, docs/tenancy.md "Sign-in throttling"): after
+# this many failed sign-ins within the window, for one account or from one address, that account
+# or address is refused for the lockout period, even with the right password. The address limit
+# is higher so that one office behind a NAT is not locked out by a few people's typos.
+PROOF_LOGIN_MAX_FAILURES = env_int("PROOF_LOGIN_MAX_FAILURES", 5, minimum=1)
+PROOF_LOGIN_MAX_ADDRESS_FAILURES = env_int("PROOF_LOGIN_MAX_ADDRESS_FAILURES", 20, minimum=1)
+PROOF_LOGIN_WINDOW_S = env_int("PROOF_LOGIN_WINDOW_S", 900, minimum=1)
+PROOF_LOGIN_LOCKOUT_S = env_int("PROOF_LOGIN_LOCKOUT_S", 900, minimum=1)
 
 # --- The investigation agent (investigator/, docs/investigations.md) --------------------------
 # Explain each new verdict revision on a local model (the investigations.explain_verdict task,
