@@ -4,6 +4,7 @@ Redis in CI, SQLite when unset)."""
 from __future__ import annotations
 
 import os
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -19,6 +20,14 @@ pytest_plugins = ["investigations.testing"]
 def _fast_password_hashing(settings: Any) -> None:
     # PBKDF2 at production strength costs ~0.5 s a user; tests make dozens of users.
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture(autouse=True)
+def _own_login_throttle(settings: Any) -> None:
+    # Sign-in failures are counted in the cache (tenants/login_throttle.py), which is the one
+    # shared Redis under CI: without its own prefix a test would inherit the failed sign-ins of
+    # earlier tests and runs, and be locked out.
+    settings.PROOF_LOGIN_CACHE_PREFIX = f"login-test:{uuid.uuid4().hex}"
 
 
 @pytest.fixture(scope="session")

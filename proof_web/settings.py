@@ -217,6 +217,9 @@ PROOF_LOGIN_MAX_FAILURES = env_int("PROOF_LOGIN_MAX_FAILURES", 5, minimum=1)
 PROOF_LOGIN_MAX_ADDRESS_FAILURES = env_int("PROOF_LOGIN_MAX_ADDRESS_FAILURES", 20, minimum=1)
 PROOF_LOGIN_WINDOW_S = env_int("PROOF_LOGIN_WINDOW_S", 900, minimum=1)
 PROOF_LOGIN_LOCKOUT_S = env_int("PROOF_LOGIN_LOCKOUT_S", 900, minimum=1)
+# The throttle's cache keys start with this (not from the environment: the root conftest gives
+# each test its own, so counts never carry between tests or test runs sharing one Redis).
+PROOF_LOGIN_CACHE_PREFIX = "login"
 
 # --- The investigation agent (investigator/, docs/investigations.md) --------------------------
 # Explain each new verdict revision on a local model (the investigations.explain_verdict task,
