@@ -11,6 +11,7 @@ from frontend.views.settings import customers as settings_customers
 from frontend.views.settings import index as settings_index
 from frontend.views.settings import prices as settings_prices
 from frontend.views.settings import users as settings_users
+from tenants.login_throttle import ThrottledAuthenticationForm, throttled_login
 
 urlpatterns = [
     path("", home.home, name="home"),
@@ -99,8 +100,13 @@ urlpatterns = [
     ),
     path(
         "login/",
-        auth_views.LoginView.as_view(
-            template_name="proof/registration/login.html", redirect_authenticated_user=True
+        # Throttled per account and address (tenants/login_throttle.py): 429 when locked.
+        throttled_login(
+            auth_views.LoginView.as_view(
+                template_name="proof/registration/login.html",
+                redirect_authenticated_user=True,
+                authentication_form=ThrottledAuthenticationForm,
+            )
         ),
         name="login",
     ),
