@@ -102,6 +102,9 @@ BACKOFF_TTL_S = 60.0
 # GPUs). A happening (an event, an error line, a counter that moved) is never held by it.
 LASTING_CPU_SHARE = 0.01
 COST_TTL_S = 600.0
+# A fan-out evaluation waiting in the queue keeps the next passes from queueing another for
+# the same job, up to this long (a lost task: the next pass after it queues one again).
+FAN_OUT_QUEUED_S = 60.0
 # A job that stored data in the last 10 min is active (the fan-out evaluates it).
 ACTIVE_S = 600.0
 # GPU time is accounted up to 30 s behind the newest data: batches of a job's nodes arrive
@@ -257,6 +260,20 @@ def _backoff_key(operator_id: int, job_pk: int) -> str:
     return _key("eval-backoff", operator_id, job_pk)
 
 
+def _queued_key(operator_id: int, job_pk: int) -> str:
+    return _key("eval-queued", operator_id, job_pk)
+
+
+def claim_fan_out(operator_id: int, job_pk: int) -> bool:
+    """Whether the routine fan-out may enqueue this job's evaluation: not while one it enqueued
+    is still waiting in the queue (cleared when any evaluation of the job is taken from the
+    queue, even one that finds the job busy; lapses after FAN_OUT_QUEUED_S should that task be
+    lost). With the workers behind, each 15 s pass queued the same jobs again, and every copy
+    ran (the fleet bench's probe: 200-GPU jobs evaluated
+    1-10 s apart while the queue was behind)."""
+    return bool(cache.add(_queued_key(operator_id, job_pk), 1, FAN_OUT_QUEUED_S))
+
+
 def _cost_key(operator_id: int, job_pk: int) -> str:
     return _key("eval-cost", operator_id, job_pk)
 
@@ -360,6 +377,8 @@ def evaluate_job(operator_id: int, job_pk: int) -> EvaluationResult:
     Reads and writes are separate short transactions (not one around the detectors): on the
     embedded SQLite a read transaction that later writes fails if ingest committed meanwhile.
     """
+    # Out of the queue, whatever comes of it (busy too: the fan-out may queue the next one).
+    cache.delete(_queued_key(operator_id, job_pk))
     with evaluation_lock(f"job:{operator_id}:{job_pk}") as acquired:
         if not acquired:
             return EvaluationResult("busy")

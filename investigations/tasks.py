@@ -69,11 +69,14 @@ def evaluate_node_health(operator_id: int, hostname: str) -> dict[str, str]:
 @shared_task(name="investigations.fan_out_job_evaluations", ignore_result=True)
 def fan_out_job_evaluations() -> int:
     """Enqueue evaluate_job for every active job, of every operator, with data no evaluation
-    saw in the last ROUTINE_S (the routine pass; signs in a batch bring evaluations forward)."""
+    saw in the last ROUTINE_S (the routine pass; signs in a batch bring evaluations forward),
+    unless one this fan-out enqueued is still waiting (services.claim_fan_out). Returns how
+    many it enqueued."""
     due = selectors.jobs_due_for_evaluation(services.ACTIVE_S, services.ROUTINE_S)
-    for operator_id, job_pk in due:
+    queued = [(op, pk) for op, pk in due if services.claim_fan_out(op, pk)]
+    for operator_id, job_pk in queued:
         evaluate_job.delay(operator_id, job_pk)
-    return len(due)
+    return len(queued)
 
 
 @shared_task(name="investigations.fan_out_fleet_health", ignore_result=True)

@@ -144,3 +144,14 @@ def test_an_evaluation_records_its_cost() -> None:
     assert result.status == "evaluated"
     cost = cache.get(services._cost_key(op, pk))
     assert cost is not None and 0 < cost < 5
+
+
+def test_the_fan_out_queues_a_job_once_until_its_evaluation_starts() -> None:
+    op, pk = _job("backoff-g")
+    cache.delete(services._queued_key(op, pk))
+    assert services.claim_fan_out(op, pk)
+    # The next passes, while that evaluation still waits in the queue: not again.
+    assert not services.claim_fan_out(op, pk)
+    assert not services.claim_fan_out(op, pk)
+    assert services.evaluate_job(op, pk).status == "evaluated"  # it starts: the claim is gone
+    assert services.claim_fan_out(op, pk)
