@@ -181,8 +181,7 @@ class _Layout:
     level_floor: np.ndarray
     peer: np.ndarray  # positions of the peer-compared series (with a GPU or a pid)...
     peer_slot: np.ndarray
-    peer_group: np.ndarray  # ...their (node, signal) group...
-    peer_limit: np.ndarray  # ...and its drift limit
+    peer_group: np.ndarray  # ...and their (node, signal) group
     group_floor: np.ndarray
     group_node: list[str]
 
@@ -407,7 +406,6 @@ class BatchScreen:
             peer=np.array(peer, dtype=np.int64),
             peer_slot=np.array([slot(k) for k in peer_keys], dtype=np.int64),
             peer_group=np.array(peer_group, dtype=np.int64),
-            peer_limit=np.full(len(peer), PEER_GAP),
             group_floor=np.array([_floor(name) for name in group_names], dtype=np.float64),
             group_node=[node for node, _ in groups],
         )
@@ -500,7 +498,7 @@ class BatchScreen:
         # From 0, not from the first gap: one sample's jitter is not a drift.
         held = np.nan_to_num(self._drift[slot], nan=0.0)
         drift = held + PEER_ALPHA * (gap - held)
-        since = _episodes(self._drift_since[slot], np.abs(drift), layout.peer_limit[keep][use], now)
+        since = _episodes(self._drift_since[slot], np.abs(drift), PEER_GAP, now)
         self._drift[slot], self._drift_since[slot] = drift, since
         series = layout.series
         fresh = _fresh_all(since, now)
@@ -515,7 +513,9 @@ def _peer_key(info: SeriesInfo) -> tuple[str, str, str, str]:
     return ("peer", info.node, info.name, info.gpu or str(info.pid))
 
 
-def _episodes(since: np.ndarray, gap: np.ndarray, limit: np.ndarray, now: float) -> np.ndarray:
+def _episodes(
+    since: np.ndarray, gap: np.ndarray, limit: np.ndarray | float, now: float
+) -> np.ndarray:
     """When each series' current excursion began (NaN: none under way): it begins when its
     gap passes its limit and ends once it is back within half of it (hysteresis: a gap
     hovering at the limit does not flicker)."""

@@ -278,13 +278,19 @@ def _cost_key(operator_id: int, job_pk: int) -> str:
     return _key("eval-cost", operator_id, job_pk)
 
 
+def _cost_floor(cpu_s: float) -> float:
+    """Seconds between lasting-sign evaluations a job costing `cpu_s` allows (up to the
+    routine pass)."""
+    return min(ROUTINE_S, cpu_s / LASTING_CPU_SHARE)
+
+
 def lasting_interval(operator_id: int, job_pk: int) -> float:
     """Seconds between evaluations of a job on lasting signs alone: its backed-off interval
     (URGENT_S doubling to URGENT_MAX_S), and at least what its cost allows
     (LASTING_CPU_SHARE), up to ROUTINE_S."""
     backoff = float(cache.get(_backoff_key(operator_id, job_pk)) or URGENT_S)
     cost = float(cache.get(_cost_key(operator_id, job_pk)) or 0.0)
-    return max(backoff, min(ROUTINE_S, cost / LASTING_CPU_SHARE))
+    return max(backoff, _cost_floor(cost))
 
 
 def _lasting_due(operator_id: int, job_pk: int) -> bool:
@@ -303,7 +309,7 @@ def _note_outcome(
     (URGENT_MAX_S) and, with verdicts, settles it."""
     if cpu_s is not None:
         cache.set(_cost_key(operator_id, job_pk), round(cpu_s, 4), COST_TTL_S)
-        floor = min(ROUTINE_S, cpu_s / LASTING_CPU_SHARE)
+        floor = _cost_floor(cpu_s)
         if floor > URGENT_MAX_S:
             # Counted from this evaluation, whatever brought it (the routine pass, a
             # happening): a costly job's lasting signs add none within its floor.
