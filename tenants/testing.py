@@ -87,6 +87,24 @@ def make_tenant(slug: str, customer_slug: str | None = None) -> Tenant:
     )
 
 
+def make_second_customer(
+    tenant: Tenant, slug: str = "second", username: str | None = None
+) -> tuple[Customer, User]:
+    """Another customer of `tenant`'s operator, with its customer admin: what every endpoint
+    and page test refuses beside another operator."""
+    operator_id = tenant.operator.pk
+    customer = services.do_create_customer(operator_id, name="Second", slug=slug)
+    admin = services.do_create_member(
+        operator_id=operator_id,
+        username=username or f"{tenant.operator.slug}-second-admin",
+        email="",
+        password=TEST_PASSWORD,
+        role=Role.CUSTOMER_ADMIN,
+        customer_id=customer.pk,
+    ).user
+    return customer, admin
+
+
 def tenant_fixtures(slug_a: str, slug_b: str) -> tuple[Callable[[], Tenant], Callable[[], Tenant]]:
     """The fixtures `a` and `b`, two operators that must never see each other's rows: in a
     test module, `a, b = tenant_fixtures("opa", "opb")`."""

@@ -21,10 +21,9 @@ from ingest.models import Job
 from investigations import notifications, services, window_cache
 from investigations.models import Incident, IncidentEvent, IncidentState, RevisionKind
 from investigations.tests.live_helpers import job_pk, store_sim
-from tenants import services as tenant_services
 from tenants.context import tenant_context
-from tenants.models import AuditEvent, Customer, Role, TokenScope
-from tenants.testing import TEST_PASSWORD, Tenant, make_tenant
+from tenants.models import AuditEvent, Customer, TokenScope
+from tenants.testing import Tenant, make_second_customer, make_tenant
 from tenants.tokens import display_prefix
 
 pytestmark = pytest.mark.django_db
@@ -77,15 +76,7 @@ def world_fixture() -> World:
     """Two operators; a's customer's slow_rank incident, a's second customer's hardware_fault
     incident, b's slow_rank incident — each opened by the pipeline (shared by the API tests)."""
     a, b = make_tenant("iaa"), make_tenant("iab")
-    second = tenant_services.do_create_customer(a.operator.pk, name="Second", slug="second")
-    second_admin = tenant_services.do_create_member(
-        operator_id=a.operator.pk,
-        username="iaa-second-admin",
-        email="",
-        password=TEST_PASSWORD,
-        role=Role.CUSTOMER_ADMIN,
-        customer_id=second.pk,
-    ).user
+    second, second_admin = make_second_customer(a, "second", "iaa-second-admin")
     return World(
         a=a,
         b=b,

@@ -25,10 +25,9 @@ from investigator.ask import MAX_QUESTION_CHARS
 from investigator.model import LlamaCppWriter, OpenAICompatibleWriter
 from investigator.tests.chat_server import chat_server, cited_ids
 from investigator.tools import run_procedure
-from tenants import services as tenant_services
 from tenants.context import tenant_context
-from tenants.models import AuditEvent, Customer, Role, TokenScope
-from tenants.testing import TEST_PASSWORD, Tenant, make_tenant
+from tenants.models import AuditEvent, Customer, TokenScope
+from tenants.testing import Tenant, make_second_customer, make_tenant
 
 ANSWER = "Tensor pipes idle: sequence_imbalance observed [e1]."
 
@@ -66,15 +65,7 @@ def _incident(tenant: Tenant, job: str | None, customer: Customer | None, family
 @pytest.fixture(name="world")
 def world_fixture() -> World:
     a, b = make_tenant("aska"), make_tenant("askb")
-    second = tenant_services.do_create_customer(a.operator.pk, name="Second", slug="ask-second")
-    second_admin = tenant_services.do_create_member(
-        operator_id=a.operator.pk,
-        username="aska-second-admin",
-        email="",
-        password=TEST_PASSWORD,
-        role=Role.CUSTOMER_ADMIN,
-        customer_id=second.pk,
-    ).user
+    second, second_admin = make_second_customer(a, "ask-second", "aska-second-admin")
     return World(
         a=a,
         b=b,

@@ -18,10 +18,9 @@ from ingest.models import Job
 from investigations import services, window_cache
 from investigations.models import Incident, ShareLink, ShareLinkOpen
 from investigations.tests.live_helpers import job_pk, store_sim
-from tenants import services as tenant_services
 from tenants.context import tenant_context
-from tenants.models import Customer, Role, TokenScope
-from tenants.testing import TEST_PASSWORD, Tenant, make_tenant
+from tenants.models import Customer, TokenScope
+from tenants.testing import Tenant, make_second_customer, make_tenant
 
 pytestmark = pytest.mark.django_db
 
@@ -61,15 +60,7 @@ def _evaluate(tenant: Tenant, scenario: str, customer: Customer, seed: int = 1) 
 @pytest.fixture
 def world() -> World:
     a, b = make_tenant("sha"), make_tenant("shb")
-    second = tenant_services.do_create_customer(a.operator.pk, name="Second", slug="second")
-    second_admin = tenant_services.do_create_member(
-        operator_id=a.operator.pk,
-        username="sha-second-admin",
-        email="",
-        password=TEST_PASSWORD,
-        role=Role.CUSTOMER_ADMIN,
-        customer_id=second.pk,
-    ).user
+    second, second_admin = make_second_customer(a, "second", "sha-second-admin")
     return World(
         a=a,
         b=b,
