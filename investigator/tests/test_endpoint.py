@@ -8,10 +8,7 @@ writer sends."""
 
 from __future__ import annotations
 
-import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -19,70 +16,38 @@ import pytest
 from engine.tests.test_analyze import check_verdict
 from investigator.model import EndpointRefused, OpenAICompatibleWriter, endpoint_allowed
 from investigator.run import investigate
+from investigator.tests.chat_server import ChatServer, chat_server
 from investigator.tests.conftest import Case
 
 
-class _ChatServer(ThreadingHTTPServer):
-    answer_text: str = ""
-    requests: list[dict[str, Any]]
+class _Answer:
+    """What the server answers: `text` with one cited id, as a constrained model would."""
 
+    text = ""
 
-class _Handler(BaseHTTPRequestHandler):
-    server: _ChatServer
-
-    def do_POST(self) -> None:
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        self.server.requests.append({"path": self.path, "body": body})
+    def __call__(self, body: dict[str, Any]) -> dict[str, Any]:
         schema = body["response_format"]["json_schema"]["schema"]["properties"]
         # The family and category are the detector's: the schema does not ask for them.
         assert "family" not in schema and "category" not in schema
-        answer = {
-            "explanation": self.server.answer_text,
-            "cited": ["e1"],
-            "ruled_out": [],
-        }
-        reply = {
-            "id": "chatcmpl-1",
-            "object": "chat.completion",
-            "model": body["model"],
-            "choices": [
-                {
-                    "index": 0,
-                    "message": {"role": "assistant", "content": json.dumps(answer)},
-                    "finish_reason": "stop",
-                }
-            ],
-            "usage": {"prompt_tokens": 700, "completion_tokens": 60, "total_tokens": 760},
-        }
-        data = json.dumps(reply).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
+        return {"explanation": self.text, "cited": ["e1"], "ruled_out": []}
 
 
 @pytest.fixture
-def chat_server() -> Iterator[_ChatServer]:
-    server = _ChatServer(("127.0.0.1", 0), _Handler)
-    server.requests = []
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+def answer() -> _Answer:
+    return _Answer()
+
+
+@pytest.fixture(name="chat_server")
+def chat_server_fixture(answer: _Answer) -> Iterator[ChatServer]:
+    with chat_server(answer) as server:
         yield server
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def test_endpoint_writer_explains_through_a_local_chat_completions_server(
-    chat_server: _ChatServer, slow_rank: Case
+    chat_server: ChatServer, answer: _Answer, slow_rank: Case
 ) -> None:
     v = slow_rank.verdict
-    chat_server.answer_text = (
+    answer.text = (
         f"Rank {v['subject']['rank']} on {v['subject']['node']} was the slowest in every "
         f"block [e2] and computed longer than the median rank each step [e1]."
     )
@@ -90,8 +55,8 @@ def test_endpoint_writer_explains_through_a_local_chat_completions_server(
     writer = OpenAICompatibleWriter(url, "llama-3-8b")
     inv = investigate(v, slow_rank.window, writer)
     assert inv.validated and not inv.fallback, inv.attempts[0].complaints
-    assert inv.explanation.startswith(chat_server.answer_text)
-    assert inv.tokens == {"prompt": 700, "completion": 60}
+    assert inv.explanation.startswith(answer.text)
+    assert inv.tokens == {"prompt": 600, "completion": 40}  # the server's usage
     (request,) = chat_server.requests
     assert request["path"] == "/v1/chat/completions"
     assert request["body"]["model"] == "llama-3-8b"
@@ -111,9 +76,9 @@ def test_endpoint_writer_explains_through_a_local_chat_completions_server(
 
 
 def test_an_unbacked_answer_is_retried_once_then_the_template_is_published(
-    chat_server: _ChatServer, slow_rank: Case
+    chat_server: ChatServer, answer: _Answer, slow_rank: Case
 ) -> None:
-    chat_server.answer_text = "Rank 7 ran 93.1% slower because of a bad cable [e1]."
+    answer.text = "Rank 7 ran 93.1% slower because of a bad cable [e1]."
     url = f"http://127.0.0.1:{chat_server.server_address[1]}/v1"
     inv = investigate(slow_rank.verdict, slow_rank.window, OpenAICompatibleWriter(url))
     assert len(chat_server.requests) == 2  # the first try and one retry
