@@ -127,6 +127,25 @@ class SlurmSection:
 
 
 @dataclass
+class KubernetesSection:
+    enabled: bool = _opt(
+        True, "GPU -> pod/namespace/container from the kubelet (a node without one logs it once)"
+    )
+    pod_resources_socket: str = _opt(
+        "/var/lib/kubelet/pod-resources/kubelet.sock", "the kubelet's PodResources API socket"
+    )
+    pods_url: str = _opt(
+        "",
+        "PodList URL for pod labels/owners, e.g. https://kubernetes.default.svc/api/v1/pods?fieldSelector=spec.nodeName=NODE "
+        "or http://127.0.0.1:10255/pods; empty = pod log directories only",
+    )
+    token_file: str = _opt("", "bearer token for pods_url (the service-account token)")
+    ca_file: str = _opt("", "CA bundle for an https pods_url; empty = system roots")
+    pod_log_dir: str = _opt("/var/log/pods", "the kubelet's pod log directories (names and uids)")
+    refresh_s: float = _opt(10.0, "how often to re-read PodResources and the pod list")
+
+
+@dataclass
 class AgentConfig:
     agent: AgentSection = field(default_factory=AgentSection)
     server: ServerSection = field(default_factory=ServerSection)
@@ -138,6 +157,7 @@ class AgentConfig:
     logs: LogsSection = field(default_factory=LogsSection)
     inference: InferenceSection = field(default_factory=InferenceSection)
     slurm: SlurmSection = field(default_factory=SlurmSection)
+    kubernetes: KubernetesSection = field(default_factory=KubernetesSection)
     source: str = "defaults"  # where it was read from, for messages
 
     def resolved_token(self) -> str:

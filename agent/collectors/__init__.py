@@ -6,12 +6,15 @@ constructor argument, and a source that cannot be read is logged once and yields
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agent.collectors.dcgm import DcgmCollector
 from agent.collectors.identity import IdentityCollector
 from agent.collectors.inbox import InboxCollector
+from agent.collectors.kubernetes import KubernetesCollector
+from agent.collectors.kubernetes_pods import PodDirectory, PodListSource, PodLogDirSource, PodSource
 from agent.collectors.nvml import NvmlCollector
 from agent.collectors.slurm import SlurmJobs
 
@@ -42,24 +45,28 @@ def gpu_node_collectors(cfg: AgentConfig, node: str, *, nvml: Any = None) -> lis
         if nvml is not None:
             nvml_collector = NvmlCollector(nvml, node=node)
             out.append(nvml_collector)
+
+    def uuid_of(index: int) -> str | None:
+        if nvml_collector is None:
+            return None
+        for ref in nvml_collector.gpus:
+            if ref.index == index:
+                return ref.uuid
+        return None
+
+    kubernetes = kubernetes_collector(cfg, uuid_of) if cfg.kubernetes.enabled else None
+    if kubernetes is not None:
+        out.append(kubernetes)
     out.append(
         IdentityCollector(
             node=node,
             proc_root=cfg.paths.proc_root,
             gpu_pids=nvml_collector.pid_gpus if nvml_collector is not None else None,
             slurm=SlurmJobs() if cfg.slurm.enabled else None,
+            pods=kubernetes.lookup if kubernetes is not None else None,
         )
     )
     if cfg.dcgm.mode == "bindings":
-
-        def uuid_of(index: int) -> str | None:
-            if nvml_collector is None:
-                return None
-            for ref in nvml_collector.gpus:
-                if ref.index == index:
-                    return ref.uuid
-            return None
-
         out.append(
             DcgmCollector(
                 node=node,
@@ -70,3 +77,23 @@ def gpu_node_collectors(cfg: AgentConfig, node: str, *, nvml: Any = None) -> lis
         )
     out.append(InboxCollector(Path(cfg.spool.dir).parent / "inbox"))
     return out
+
+
+def kubernetes_collector(
+    cfg: AgentConfig, gpu_uuid: Callable[[int], str | None]
+) -> KubernetesCollector:
+    """The Kubernetes identity collector from `[kubernetes]`: the pod list URL when set, then
+    the pod log directories (docs/agent.md, "Kubernetes identity")."""
+    k = cfg.kubernetes
+    sources: list[PodSource] = []
+    if k.pods_url:
+        sources.append(
+            PodListSource(k.pods_url, token_file=k.token_file or None, ca_file=k.ca_file or None)
+        )
+    sources.append(PodLogDirSource(k.pod_log_dir))
+    return KubernetesCollector(
+        socket_path=k.pod_resources_socket,
+        pods=PodDirectory(sources, refresh_s=k.refresh_s),
+        gpu_uuid=gpu_uuid,
+        refresh_s=k.refresh_s,
+    )

@@ -23,7 +23,8 @@ Which job id (docs/agent.md, "Job ids"), first that applies:
    collector keys for the same processes carry the same id.
 3. torchrun / torchelastic: `torchelastic-<TORCHELASTIC_RUN_ID>`, unless the run id is `none`
    (torchrun's default for a static rendezvous).
-4. Kubernetes: the pod uid from the cgroup path.
+4. Kubernetes: the pod uid from the cgroup path; with the Kubernetes collector, the pod's
+   owner's id instead (`k8s-<namespace>-<kind>-<name>-<uid>`, agent/collectors/kubernetes_pods.py).
 5. A rank without a run id — torchelastic with run id `none`, Open MPI or PMI ranks: the
    launcher's process id, `torchelastic-…`/`proc-<node>-<parent pid>-<parent start>-<boot>`
    (every rank of the run on this node has the same parent: torchrun's agent, orted, hydra).
@@ -46,7 +47,7 @@ import socket
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from agent.collectors._common import present
 from agent.collectors.nvml import GpuRef
@@ -57,6 +58,17 @@ from contract.identity import inference_server
 log = logging.getLogger(__name__)
 
 Record = dict[str, Any]
+
+
+class PodFacts(Protocol):
+    @property
+    def job(self) -> str: ...
+    @property
+    def labels(self) -> dict[str, str]: ...
+
+
+# pod uid, the process's GPU UUIDs → the pod's job and labels (KubernetesCollector.lookup).
+PodLookup = Callable[[str, tuple[str, ...]], PodFacts | None]
 
 RANK_VARS = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID")
 LOCAL_RANK_VARS = ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID")
@@ -351,8 +363,10 @@ class IdentityCollector:
         gpu_pids: Callable[[], dict[int, list[GpuRef]]] | None = None,
         extra_pids: Callable[[], Iterable[int]] | None = None,
         slurm: SlurmJobs | None = None,
+        pods: PodLookup | None = None,
     ) -> None:
         self.node = node or socket.gethostname()
+        self.pods = pods
         self.proc_root = Path(proc_root)
         self.gpu_pids = gpu_pids or dict
         self.extra_pids = extra_pids
@@ -408,6 +422,7 @@ class IdentityCollector:
                 continue
             ident, start = ident_start
             ident.gpus = gpus
+            self._pod_job(ident)
             self._tracked[pid] = _Tracked(ident, start)
             out.append(self._process_record(ident, now))
             if ident.job is not None:
@@ -419,6 +434,17 @@ class IdentityCollector:
                         out.append(self._unscheduled_job_record(ident, now))
                 live.add(pid)
         return out
+
+    def _pod_job(self, ident: ProcessIdentity) -> None:
+        """A process keyed by its pod uid (rule 4) takes its pod's job id and labels from the
+        Kubernetes collector (its owner's: agent/collectors/kubernetes_pods.py), when known."""
+        uid = ident.labels.get("k8s_pod_uid")
+        if self.pods is None or uid is None or ident.scheduler != "kubernetes":
+            return
+        found = self.pods(uid, tuple(g.uuid for g in ident.gpus))
+        if found is not None:
+            ident.job = found.job
+            ident.labels.update(found.labels)
 
     def _read_identity(self, pid: int) -> tuple[ProcessIdentity, int] | None:
         base = self.proc_root / str(pid)

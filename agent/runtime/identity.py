@@ -11,6 +11,13 @@ that map and fills the missing keys on every record that carries a pid or a GPU:
   unkeyed rather than wrongly keyed), and its missing `gpu`/`gpu_index` twin;
 - every record without a `node` gets the agent's node.
 
+A GPU no process is using yet takes its job from the scheduler's allocation: a `job` record
+with the local `allocation` key (`{"gpus": [uuid, …], "gpu_indices": [index, …]}`, from the
+Slurm prolog through the inbox or the Kubernetes collector) gives that job's GPUs on the
+record's node, replacing what it said before; empty lists end it (the epilog, the pod gone).
+So an idle or stuck job's GPUs are keyed before its first process or log line. Processes on a
+GPU take precedence over its allocation.
+
 Keys a record already has are never overwritten. `step` is not filled: it belongs to the log
 line or sample that reported it. A pid's entry outlives its `exit` record by `exit_grace_s`,
 because the last interval's eBPF readings for it may still be on their way.
@@ -26,7 +33,7 @@ from typing import Any
 
 from agent.runtime.base import Record
 from contract import signals
-from contract.trace.records import TYPE_EXIT, TYPE_PROCESS
+from contract.trace.records import TYPE_EXIT, TYPE_JOB, TYPE_PROCESS
 
 _PID_KEYS: tuple[str, ...] = (
     signals.JOB,
@@ -49,6 +56,8 @@ class IdentityJoin:
         self._gpu_uuid: dict[tuple[str | None, int], str] = {}  # (node, index) -> uuid
         self._gpu_ident: dict[str, dict[str, Any]] | None = None  # uuid -> agreed keys
         self._expiry: dict[tuple[str | None, int], float] = {}  # (node, pid) -> forget at
+        # (node, job) -> its allocated GPUs there, as UUIDs and as indices
+        self._allocations: dict[tuple[str | None, str], tuple[list[str], list[int]]] = {}
         self.filled = 0  # keys filled in, for the agent's stats
 
     # --- what the join knows ----------------------------------------------------------------
@@ -80,6 +89,41 @@ class IdentityJoin:
         self._expiry.pop(key, None)
         self._gpu_ident = None
 
+    def _observe_allocation(self, rec: Record) -> None:
+        alloc = rec.get("allocation")
+        job = rec.get(signals.JOB)
+        if not isinstance(alloc, dict) or not isinstance(job, str):
+            return
+        uuids = [u for u in alloc.get("gpus") or () if isinstance(u, str)]
+        indices = [i for i in alloc.get("gpu_indices") or () if type(i) is int and i >= 0]
+        key = (rec.get(signals.NODE), job)
+        if uuids or indices:
+            self._allocations[key] = (uuids, indices)
+        else:
+            self._allocations.pop(key, None)
+        self._gpu_ident = None
+
+    def allocations(self) -> dict[tuple[str | None, str], tuple[list[str], list[int]]]:
+        """(node, job) → the GPUs (UUIDs, indices) its scheduler allocated there."""
+        return dict(self._allocations)
+
+    def _allocated(self) -> dict[str, dict[str, Any]]:
+        """GPU UUID → {job}, from the allocations (a GPU two jobs claim is left out)."""
+        out: dict[str, dict[str, Any]] = {}
+        claimed: dict[str, set[str]] = {}
+        for (node, job), (uuids, indices) in self._allocations.items():
+            found = list(uuids)
+            for index in indices:
+                uuid = self._gpu_uuid.get((node, index))
+                if uuid is not None:
+                    found.append(uuid)
+            for uuid in found:
+                claimed.setdefault(uuid, set()).add(job)
+        for uuid, jobs in claimed.items():
+            if len(jobs) == 1:
+                out[uuid] = {signals.JOB: next(iter(jobs))}
+        return out
+
     def _gpu_agreement(self) -> dict[str, dict[str, Any]]:
         if self._gpu_ident is None:
             by_gpu: dict[str, dict[str, Any]] = {}
@@ -101,6 +145,9 @@ class IdentityJoin:
                 uuid: {k: v for k, v in agreed.items() if v is not _UNSET and v is not None}
                 for uuid, agreed in by_gpu.items()
             }
+            if self._allocations:
+                for uuid, keys in self._allocated().items():
+                    self._gpu_ident.setdefault(uuid, keys)
         return self._gpu_ident
 
     # --- the join ----------------------------------------------------------------------------
@@ -115,6 +162,8 @@ class IdentityJoin:
                 rec[signals.NODE] = node
             if rtype == TYPE_PROCESS:
                 self._observe_process(rec)
+            elif rtype == TYPE_JOB and "allocation" in rec:
+                self._observe_allocation(rec)
             pid = rec.get(signals.PID)
             rnode = rec.get(signals.NODE)
             if pid is not None:

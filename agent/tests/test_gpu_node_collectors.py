@@ -32,7 +32,7 @@ def test_gpu_samples_keyed_with_job_and_rank_of_a_real_process(tmp_path: Path) -
             env={},
         )
         collectors = gpu_node_collectors(cfg, "n7", nvml=nv)
-        assert [c.name for c in collectors] == ["nvml", "identity", "exec_inbox"]
+        assert [c.name for c in collectors] == ["nvml", "kubernetes", "identity", "exec_inbox"]
         sink = MemorySink()
         agent = Agent(collectors, sink, clock=ManualClock(1000.0), node="n7")
         agent.run(max_ticks=3)

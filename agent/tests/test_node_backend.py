@@ -112,6 +112,7 @@ def test_node_backend_every_source_keyed(
         )
         assert backend.names == [
             "nvml",
+            "kubernetes",
             "identity",
             "exec_inbox",
             "dcgm_exporter",
