@@ -1,13 +1,23 @@
 """The current tenant on the database connection: the second wall behind for_tenant().
 
-On PostgreSQL every tenant-owned table has a policy that compares its operator column with the
-transaction-local setting `proof.operator_id` (tenants/rls.py). `tenant_context()` opens a
-transaction (or savepoint) and sets it with set_config(..., is_local => true), so it can never
-leak to the next request or task that reuses the pooled connection. Outside any context the
-setting is empty and tenant-owned tables read as empty: the wall fails closed.
+On PostgreSQL every tenant-owned table has a policy that admits a row when its operator column
+is the operator granted to the current transaction, or when the transaction was granted every
+tenant (tenants/rls.py). A grant is a row the application role cannot write or even read
+(`proof_private.rls_grants`, keyed by backend and transaction id); the one way to make one is
+`proof_rls_set()`, which checks a proof of the state asked for, signed with a key derived from
+PROOF_SECRET_KEY. The proof is computed here and sent as a server-side bound parameter, so no
+query text shows it: an SQL injection cannot set a tenant or the system context, whatever
+set_config(), SET ROLE or RESET it tries (tenants/tests/test_rls_injection.py).
+
+`tenant_context()` opens a transaction (or savepoint) and grants the operator; a grant names its
+transaction, so it ends with it and can never leak to the next request or task that reuses the
+pooled connection. Outside any context tenant-owned tables read as empty: the wall fails closed.
 
 `system_context()` is for the few deliberate cross-tenant reads: resolving a token or a
-session's membership to its operator, fleet-wide periodic fan-out, the staff admin site.
+session's membership to its operator, fleet-wide periodic fan-out, the staff admin site. It is
+the same connection and the same transaction as the code around it, so a system block that
+writes inside a tenant's transaction (do_create_membership, the webhook's event row) commits or
+rolls back with it: nothing is split across connections.
 On SQLite (embedded default) both are plain transactions; for_tenant() is the only wall.
 """
 
@@ -18,61 +28,80 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
+import psycopg
 from django.db import connections, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
+
+from tenants.rls import rls_key, rls_message, rls_proof
 
 R = TypeVar("R")
 
-OPERATOR_SETTING = "proof.operator_id"
-SYSTEM_SETTING = "proof.system"
+# Proofs by (operator, keep_operator, all_tenants): an HMAC-like hash per context entry is
+# microseconds, but ingest enters a context per batch.
+_PROOFS: dict[tuple[int | None, bool, bool], str] = {}
+_PROOF_KEY: list[bytes] = []
+
+
+def _proof(operator: int | None, keep_operator: bool, all_tenants: bool) -> str:
+    key = rls_key()
+    if not _PROOF_KEY or _PROOF_KEY[0] != key:  # PROOF_SECRET_KEY changed (tests override it)
+        _PROOF_KEY[:] = [key]
+        _PROOFS.clear()
+    wanted = (operator, keep_operator, all_tenants)
+    proof = _PROOFS.get(wanted)
+    if proof is None:
+        proof = rls_proof(key, rls_message(operator, keep_operator, all_tenants))
+        if len(_PROOFS) < 100_000:
+            _PROOFS[wanted] = proof
+    return proof
+
+
+def _grant(
+    connection: BaseDatabaseWrapper, operator: int | None, keep_operator: bool, all_tenants: bool
+) -> tuple[str, str]:
+    """Grant the state to this connection's transaction in one round trip; return the previous
+    one as (operator, system) strings ("" when none), the form _IN_FORCE keeps."""
+    connection.ensure_connection()
+    # psycopg.Cursor binds parameters on the server: the proof travels apart from the query
+    # text, which is all pg_stat_activity shows other sessions. Wrapped as Django wraps its own
+    # cursors, so the statement is counted and logged like any other (without its values).
+    # (Any: django-stubs types the argument as Django's own wrapper, which it then wraps.)
+    raw: Any = psycopg.Cursor(connection.connection)
+    cursor = (
+        connection.make_debug_cursor(raw)
+        if connection.queries_logged
+        else connection.make_cursor(raw)
+    )
+    with cursor:
+        cursor.execute(
+            "SELECT previous_operator, previous_all_tenants FROM proof_rls_set(%s, %s, %s, %s)",
+            [operator, keep_operator, all_tenants, _proof(operator, keep_operator, all_tenants)],
+        )
+        row = cursor.fetchone()
+    previous_operator = "" if row[0] is None else str(row[0])
+    return previous_operator, "on" if row[1] else ""
 
 
 def _swap_settings(using: str, operator: str | None, system: str) -> tuple[str, str]:
-    """Set the transaction-local tenant settings in one round trip; return their old values.
+    """Grant the tenant state in one round trip; return the old one.
 
-    `operator=None` leaves the operator setting as it is (system_context keeps it). Ingest
-    enters a context per batch, so each statement saved here is one round trip per batch.
+    `operator=None` leaves the operator as it is (system_context keeps it). Ingest enters a
+    context per batch, so each statement saved here is one round trip per batch.
     """
     connection = connections[using]
     if connection.vendor != "postgresql":
         return "", ""
-    with connection.cursor() as cursor:
-        if operator is None:
-            cursor.execute(
-                "SELECT '', coalesce(current_setting(%s, true), ''), set_config(%s, %s, true)",
-                [SYSTEM_SETTING, SYSTEM_SETTING, system],
-            )
-        else:
-            cursor.execute(
-                "SELECT coalesce(current_setting(%s, true), ''), "
-                "coalesce(current_setting(%s, true), ''), "
-                "set_config(%s, %s, true), set_config(%s, %s, true)",
-                [
-                    OPERATOR_SETTING,
-                    SYSTEM_SETTING,
-                    OPERATOR_SETTING,
-                    operator,
-                    SYSTEM_SETTING,
-                    system,
-                ],
-            )
-        row = cursor.fetchone()
-    return str(row[0]), str(row[1])
+    return _grant(
+        connection,
+        None if not operator else int(operator),
+        operator is None,
+        system == "on",
+    )
 
 
 def _set_settings(using: str, operator: str | None, system: str) -> None:
-    """Set the transaction-local tenant settings in one round trip (`operator=None` leaves the
-    operator setting as it is)."""
-    connection = connections[using]
-    if connection.vendor != "postgresql":
-        return
-    with connection.cursor() as cursor:
-        if operator is None:
-            cursor.execute("SELECT set_config(%s, %s, true)", [SYSTEM_SETTING, system])
-        else:
-            cursor.execute(
-                "SELECT set_config(%s, %s, true), set_config(%s, %s, true)",
-                [OPERATOR_SETTING, operator, SYSTEM_SETTING, system],
-            )
+    """Grant the tenant state in one round trip (`operator=None` leaves the operator as it is)."""
+    _swap_settings(using, operator, system)
 
 
 # The settings a tenant_context()/system_context() put in force on a connection's open
@@ -138,9 +167,9 @@ def current_operator_id(using: str = "default") -> int | None:
     if connection.vendor != "postgresql":
         return None
     with connection.cursor() as cursor:
-        cursor.execute("SELECT current_setting(%s, true)", [OPERATOR_SETTING])
+        cursor.execute("SELECT proof_rls_operator()")
         value = cursor.fetchone()[0]
-    return int(value) if value else None
+    return int(value) if value is not None else None
 
 
 def activate_tenant_in_transaction(operator_id: int, using: str = "default") -> None:

@@ -3,7 +3,9 @@
 - the owner role (DATABASE_OWNER_URL's user) owns the schema and runs migrations; it may
   create databases so the test suite can make its own;
 - the app role (DATABASE_URL's user) is what web, ingest and workers connect as:
-  NOSUPERUSER NOBYPASSRLS, owns nothing, so row-level security binds every query.
+  NOSUPERUSER NOBYPASSRLS, owns nothing, so row-level security binds every query; it may not
+  choose its tenant either (tenants/rls.py: a grant needs a proof signed with a key it cannot
+  read), and its statements' parameters (where those proofs travel) are never logged.
 
 Connects with PROOF_ADMIN_DATABASE_URL (a superuser; default the local postgres superuser).
 Idempotent: safe to run on every deploy and in CI.
@@ -66,4 +68,14 @@ def run(args: argparse.Namespace) -> int:
         conn.execute(sql.SQL("ALTER SCHEMA public OWNER TO {}").format(sql.Identifier(owner.user)))
         conn.execute(sql.SQL("GRANT USAGE ON SCHEMA public TO {}").format(sql.Identifier(app.user)))
         conn.execute(sql.SQL("REVOKE CREATE ON SCHEMA public FROM PUBLIC"))
+        # The tenant proofs (tenants/context.py) travel as bound parameters so no other
+        # session's pg_stat_activity shows them; keep them out of the server log too, should
+        # statement logging be on. Superuser-only settings: the app role cannot undo them.
+        for setting in ("log_parameter_max_length", "log_parameter_max_length_on_error"):
+            conn.execute(
+                sql.SQL("ALTER ROLE {} SET {} = 0").format(
+                    sql.Identifier(app.user), sql.Identifier(setting)
+                )
+            )
+        print(f"role {app.user}: statement parameters never logged")
     return 0
