@@ -43,6 +43,10 @@ class AgentSection:
     node: str = _opt("", "node name on every record; empty = this machine's hostname")
     interval_s: float = _opt(1.0, "collection interval in seconds (the GPU vocabulary is 1 Hz)")
     log_level: str = _opt("info", "debug, info, warning or error")
+    metrics_address: str = _opt(
+        "",
+        "serve the agent's own Prometheus /metrics on host:port (':9464' = all interfaces); empty = off",
+    )
 
 
 @dataclass

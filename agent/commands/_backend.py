@@ -99,21 +99,31 @@ class Assembled:
     interval: float = 1.0
     config: Any = None  # the AgentConfig (--backend node)
 
-    def run_agent(self, sink: Sink) -> AgentStats:
+    def run_agent(self, sink: Sink, *, metrics_address: str = "") -> AgentStats:
         """The agent loop over these collectors into `sink`, until `until` or SIGINT/SIGTERM
-        (which stop it cleanly); the agent is closed and the previous handlers are back after."""
+        (which stop it cleanly); the agent is closed and the previous handlers are back after.
+        With `metrics_address` (host:port) the agent's own /metrics is served meanwhile."""
         agent = Agent(
             self.collectors, sink, clock=self.clock, interval=self.interval, node=self.node
         )
+        metrics = None
 
         def stop(signum: int, frame: object) -> None:
             agent.stop()
 
         previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
+            if metrics_address:
+                # Only when asked: prometheus-client is in the [agent] extra, not the base
+                # install. A bad or busy address raises before collection starts.
+                from agent.runtime.metrics import serve_metrics
+
+                metrics = serve_metrics(metrics_address, agent, sink)
             return agent.run(until=self.until)
         finally:
             agent.close()
+            if metrics is not None:
+                metrics.shutdown()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
 

@@ -157,7 +157,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"proof-agent run: {exc}", file=sys.stderr)
         return 2
     sink: Sink = sinks[0] if len(sinks) == 1 else TeeSink(sinks)
-    stats = assembled.run_agent(sink)
+    metrics_address = cfg.agent.metrics_address if cfg is not None else ""
+    try:
+        stats = assembled.run_agent(sink, metrics_address=metrics_address)
+    except (ValueError, OSError) as exc:  # a bad or busy metrics address
+        print(f"proof-agent run: {exc}", file=sys.stderr)
+        return 2
     print(
         f"agent stopped after {stats.ticks} intervals, {stats.records} records, "
         f"{stats.busy_s:.2f} s CPU in collection",

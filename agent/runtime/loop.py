@@ -34,6 +34,9 @@ class AgentStats:
     late_ticks: int = 0  # ticks that started later than their deadline by a whole interval
     sink_errors: int = 0  # submit/flush calls that raised (the batch is lost; logged once)
     busy_s: float = 0.0  # process CPU time spent inside ticks
+    # per collector: process CPU time inside its collect() and records returned (agent /metrics)
+    collector_cpu_s: dict[str, float] = field(default_factory=dict)
+    collector_records: dict[str, int] = field(default_factory=dict)
 
 
 class Agent:
@@ -90,17 +93,23 @@ class Agent:
         cpu0 = time.process_time()
         now = self.clock.now()
         batch: list[Record] = []
+        cpu_by = self.stats.collector_cpu_s
+        records_by = self.stats.collector_records
         for collector in self.collectors:
             name = collector.name
+            c0 = time.process_time()
             try:
                 out = collector.collect(now)
             except Exception as exc:
+                cpu_by[name] = cpu_by.get(name, 0.0) + time.process_time() - c0
                 if name not in self._failing:
                     self._failing.add(name)
                     batch.append(self._collector_failed(collector, now, exc))
                 else:
                     self.stats.collector_errors[name] += 1
                 continue
+            cpu_by[name] = cpu_by.get(name, 0.0) + time.process_time() - c0
+            records_by[name] = records_by.get(name, 0) + len(out)
             if name in self._failing:
                 self._failing.discard(name)
                 log.info("collector %s recovered", name)

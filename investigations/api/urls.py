@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rest_framework.routers import BaseRouter
 
-from investigations.api import fleet, jobs, questions, share_links, views
+from investigations.api import fleet, jobs, metrics, questions, share_links, views
 from tenants.api.base import register_viewsets
 
 
@@ -17,6 +17,8 @@ def register(router: BaseRouter) -> None:
         views.RealPriceViewSet,
     )
     register_viewsets(router, share_links.ShareLinkViewSet)
+    # Verdicts for Prometheus alerting and Grafana annotations (investigations/api/metrics.py).
+    register_viewsets(router, metrics.VerdictMetricsViewSet, metrics.GrafanaAnnotationsViewSet)
     register_viewsets(
         router, jobs.JobViewSet, fleet.NodeViewSet, fleet.GpuViewSet, fleet.FleetHealthViewSet
     )
