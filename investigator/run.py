@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.window import JobWindow
-from investigator import validate
-from investigator.model import Writer
+from investigator import slots, validate
+from investigator.model import Chooser, Reply, Writer
 from investigator.tools import ToolResult, run_procedure
 
 # The answer is ~100–170 tokens; an explanation of digits and punctuation can take 180 tokens
@@ -35,6 +35,10 @@ MAX_EXPLANATION_CHARS = 220
 RETRY_TEMPERATURE = 0.4
 PROMPT_EVIDENCE = 8  # evidence lines shown to the model (the finding's own come first)
 PROMPT_NOTE_CHARS = 50
+
+MODE_SLOTS = "slots"
+MODE_PROSE = "prose"
+MODES = (MODE_SLOTS, MODE_PROSE)
 
 _CITATIONS = re.compile(r"\s*\[[^\]]*\]")
 
@@ -59,6 +63,9 @@ class Attempt:
     prompt_tokens: int
     completion_tokens: int
     seconds: float
+    # CPU seconds of this process (llama.cpp's threads included) over the attempt: on a shared
+    # machine `seconds` grows with the load, this much less
+    cpu_seconds: float = 0.0
 
 
 @dataclass
@@ -73,10 +80,15 @@ class Investigation:
     ruled_out: list[dict[str, Any]] = field(default_factory=list)
     cited: list[str] = field(default_factory=list)
     error: str | None = None
+    mode: str = "prose"
 
     @property
     def first_try_valid(self) -> bool:
         return bool(self.attempts) and not self.attempts[0].complaints
+
+    @property
+    def cpu_s(self) -> float:
+        return sum(a.cpu_seconds for a in self.attempts)
 
     @property
     def tokens(self) -> dict[str, int]:
@@ -98,6 +110,7 @@ class Investigation:
             "ruled_out": self.ruled_out,
             "cited": self.cited,
             "tokens": self.tokens,
+            "mode": self.mode,
             **({"error": self.error} if self.error else {}),
         }
 
@@ -187,11 +200,15 @@ def _could_not_see(verdict: dict[str, Any]) -> str:
     return text[at:] if at >= 0 else ""
 
 
-def compose(answer: dict[str, Any], verdict: dict[str, Any], steps: list[ToolResult]) -> str:
+def compose(
+    answer: dict[str, Any], verdict: dict[str, Any], steps: list[ToolResult], *, cut: bool = True
+) -> str:
     """The published text: the model's explanation, the checks it ruled out (each with the
     procedure's own conclusion and the ids the model cited for it), and the verdict's "Could not
-    see: …" (design.md §7: the explanation ends with it when sources were missing)."""
-    text = _complete_part(str(answer.get("explanation") or "").strip()).rstrip(".")
+    see: …" (design.md §7: the explanation ends with it when sources were missing). `cut`: the
+    explanation may have been cut by the length limit (prose); composed clauses never are."""
+    text = str(answer.get("explanation") or "").strip()
+    text = (_complete_part(text) if cut else text).rstrip(".")
     cited = [str(c) for c in answer.get("cited") or []]
     if cited and not _CITATIONS.search(text):
         text += f" [{', '.join(cited)}]"  # its citations, where the text has none inline
@@ -255,14 +272,29 @@ def _parse(text: str) -> dict[str, Any] | None:
     return value
 
 
+def _chooser(writer: Writer) -> Chooser | None:
+    """The writer, if it reads a choice from the model's scores (`LlamaCppWriter.choose`)."""
+    return writer if isinstance(writer, Chooser) and writer.can_choose() else None
+
+
+def writer_mode(writer: Writer) -> str:
+    """How a writer is asked: "slots" (choose ids; the text is composed: the default 270M
+    model) or "prose" (write the explanation: a bigger model). A writer without the attribute
+    writes prose."""
+    mode = str(getattr(writer, "mode", MODE_PROSE))
+    return mode if mode in MODES else MODE_PROSE
+
+
 def investigate(
     verdict: dict[str, Any],
     window: JobWindow | None,
     writer: Writer,
     *,
     retries: int = 1,
+    mode: str | None = None,
 ) -> Investigation:
-    """Run the procedure over `window`, have `writer` explain, validate; see the module doc."""
+    """Run the procedure over `window`, have `writer` explain, validate; see the module doc.
+    `mode`: "slots" or "prose" (default: the writer's, `writer_mode`)."""
     t0 = time.perf_counter()
     steps = run_procedure(verdict, window)
     ranks = [r.rank for r in window.ranks] if window is not None else []
@@ -274,19 +306,46 @@ def investigate(
         for s in steps
         if s.result == "clear"
     }
-    schema = answer_schema(verdict, ids, {c: v for c, v in shown_by.items() if v})
-    messages = prompt(verdict, steps)
+    shown = {c: v for c, v in shown_by.items() if v}
+    offered = (
+        slots.clauses(verdict, steps, facts) if (mode or writer_mode(writer)) == MODE_SLOTS else {}
+    )
+    lead = slots.lead_ids(offered)
+    inv.mode = MODE_SLOTS if lead else MODE_PROSE  # nothing to choose from: prose
+    chooser = _chooser(writer) if inv.mode == MODE_SLOTS else None
+    texts = {f.id: f.text for s in steps for f in s.findings}
+    texts.update(
+        {str(e["id"]): slots.evidence_clause(e).brief() for e in verdict.get("evidence") or []}
+    )
+    complaint = ""
+    if inv.mode == MODE_SLOTS:
+        schema = slots.answer_schema(lead, list(offered), shown, RULED_OUT_IDS)
+        messages = slots.prompt(verdict, steps, offered, shown)
+        max_tokens = slots.MAX_TOKENS
+    else:
+        schema = answer_schema(verdict, ids, shown)
+        messages = prompt(verdict, steps)
+        max_tokens = MAX_TOKENS
+    base = messages
     for attempt in range(1 + retries):
-        a0 = time.perf_counter()
+        a0, c0 = time.perf_counter(), time.process_time()
+        temperature = RETRY_TEMPERATURE if attempt else 0.0
         try:
             # a retry samples a little: at temperature 0 the same prompt gives the same answer
-            reply = writer.write(
-                messages, schema, MAX_TOKENS, RETRY_TEMPERATURE if attempt else 0.0
-            )
+            if chooser is not None:
+                m = slots.menu(verdict, offered, lead, shown, texts, complaint)
+                picked = chooser.choose(m.messages, m.slots, temperature)
+                reply = Reply(picked.text, picked.prompt_tokens, picked.completion_tokens)
+                parsed: dict[str, Any] | None = slots.from_choices(m, picked.values)
+            else:
+                reply = writer.write(messages, schema, max_tokens, temperature)
+                parsed = _parse(reply.text)
         except Exception as exc:  # a model that cannot answer must not lose the verdict
             inv.error = f"{type(exc).__name__}: {exc}"[:300]
             break
-        answer = _parse(reply.text)
+        answer = parsed
+        if answer is not None and inv.mode == MODE_SLOTS:
+            answer = slots.to_answer(answer, offered)
         if answer is None:
             complaints = ["the answer is not a JSON object"]
         else:
@@ -296,7 +355,9 @@ def investigate(
             answer.setdefault("category", verdict["category"])
             complaints = validate.check(answer, verdict, facts, steps)
             if not complaints:
-                complaints = validate.check_text(compose(answer, verdict, steps), facts)
+                complaints = validate.check_text(
+                    compose(answer, verdict, steps, cut=inv.mode == MODE_PROSE), facts
+                )
         inv.attempts.append(
             Attempt(
                 answer,
@@ -304,15 +365,16 @@ def investigate(
                 reply.prompt_tokens,
                 reply.completion_tokens,
                 time.perf_counter() - a0,
+                time.process_time() - c0,
             )
         )
         if not complaints and answer is not None:
-            inv.explanation = compose(answer, verdict, steps)
+            inv.explanation = compose(answer, verdict, steps, cut=inv.mode == MODE_PROSE)
             inv.validated = True
             inv.ruled_out = list(answer.get("ruled_out") or [])
             inv.cited = [str(c) for c in answer.get("cited") or []]
             break
-        base = prompt(verdict, steps)
+        complaint = "; ".join(complaints[:3])
         messages = [
             base[0],
             {
@@ -320,7 +382,11 @@ def investigate(
                 "content": base[1]["content"]
                 + "\nA previous answer was rejected: "
                 + "; ".join(complaints[:6])
-                + ". Use only the facts above, copied exactly.",
+                + (
+                    ". Pick other ids."
+                    if inv.mode == MODE_SLOTS
+                    else ". Use only the facts above, copied exactly."
+                ),
             },
         ]
     if not inv.validated:

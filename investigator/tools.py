@@ -188,7 +188,11 @@ def node_tool(verdict: dict[str, Any], w: JobWindow | None, ids: _Ids) -> ToolRe
         observed = e.get("observed")
         if sig.startswith("DCGM_FI_DEV_") and isinstance(observed, int | float) and observed > 0:
             moved += 1
-            ids.add(f"{sig} rose by {fmt(float(observed))} [{e['id']}]")
+            # observed and baseline as the evidence has them: a counter's rise, a rate, a
+            # clock's median ("DCGM_FI_DEV_SM_CLOCK rose by 1515" once said of a slowed clock)
+            base = e.get("baseline")
+            against = f", baseline {fmt(float(base))}" if isinstance(base, int | float) else ""
+            ids.add(f"{sig} observed {fmt(float(observed))}{against} [{e['id']}]")
     if not moved and any(
         str(e.get("signal")).startswith("DCGM_FI_DEV_") for e in verdict.get("evidence") or []
     ):

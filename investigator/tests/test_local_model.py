@@ -11,9 +11,9 @@ import sys
 import pytest
 
 from engine.tests.test_analyze import check_verdict
-from investigator import validate
-from investigator.model import LlamaCppWriter
-from investigator.run import investigate
+from investigator import slots, validate
+from investigator.model import LlamaCppWriter, Slot
+from investigator.run import MODE_SLOTS, investigate
 from investigator.tests.conftest import Case
 from investigator.tools import CHECKS
 
@@ -22,6 +22,7 @@ pytestmark = pytest.mark.slow
 
 def test_a_simulated_slow_rank_is_explained_validated_or_marked_fallback(slow_rank: Case) -> None:
     inv = investigate(slow_rank.verdict, slow_rank.window, LlamaCppWriter())
+    assert inv.mode == MODE_SLOTS  # the default model picks evidence; the text is composed
     assert [s.check for s in inv.steps] == list(CHECKS)
     assert inv.model == "llama.cpp:gemma-3-270m-q4_k_m.gguf"
     assert inv.validated != inv.fallback
@@ -41,6 +42,29 @@ def test_a_simulated_slow_rank_is_explained_validated_or_marked_fallback(slow_ra
     assert published["investigation"]["validated"] == inv.validated
     assert [s["check"] for s in published["investigation"]["steps"]] == list(CHECKS)
     check_verdict(published)  # contract/verdict_schema.json types the investigation object
+
+
+def test_the_default_model_picks_one_offered_label_per_slot_reusing_the_cached_prefix() -> None:
+    writer = LlamaCppWriter()
+    assert writer.can_choose()
+    menu = [
+        Slot("Lead", {"A": "e1", "B": "e2"}),
+        Slot("Also", {"A": "e1", "B": "e2", "C": "t3"}, optional=True, distinct=True),
+    ]
+    facts = "FACTS:\nA: loss went nan at step 50\nB: rank 3 was slowest\nC: steps 0–80 seen"
+    messages = [
+        {"role": "system", "content": slots.CHOOSE_SYSTEM},
+        {"role": "user", "content": f"VERDICT: numerical_divergence: Loss diverged\n{facts}"},
+    ]
+    first = writer.choose(messages, menu)
+    assert first.values[0] in ("e1", "e2") and first.values[1] in ("e1", "e2", "t3", None)
+    assert first.values[1] != first.values[0]  # distinct: the lead is not offered again
+    assert first.completion_tokens == 2  # one decode step per slot
+    # the same instructions again: their KV cache is reused, only the rest is evaluated
+    messages[1]["content"] += "\nCHECKS:\nfabric: clear"
+    second = writer.choose(messages, menu)
+    assert second.cached_tokens > 60 and second.prompt_tokens < first.prompt_tokens
+    assert writer.choose(messages, menu).values == second.values  # greedy: reproducible
 
 
 _IN_NAMESPACE = """

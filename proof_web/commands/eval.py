@@ -35,7 +35,7 @@ from engine.analyze import analyze
 from engine.store import TraceStore
 from engine.window import JobWindow, build_job_window
 from investigator.model import EndpointRefused, ExplainUnavailable, Writer
-from investigator.run import Investigation, investigate
+from investigator.run import MODES, Investigation, investigate
 from investigator.validate import CLEARANCE_OF
 from proof_web.commands.analyze import add_explain_arguments, writer_from_args
 from simulator import list_scenarios, simulate
@@ -51,6 +51,9 @@ class ExplainScore:
     ruled_matching: int = 0  # … of which the clearance says clear
     seconds: list[float] = field(default_factory=list)
     tokens: list[int] = field(default_factory=list)
+    prompt: list[int] = field(default_factory=list)
+    completion: list[int] = field(default_factory=list)
+    cpu: list[float] = field(default_factory=list)
 
     def add(self, verdict: dict[str, Any], inv: Investigation) -> None:
         self.n += 1
@@ -59,6 +62,9 @@ class ExplainScore:
         self.fallback += inv.fallback
         self.seconds.append(inv.duration_s)
         self.tokens.append(inv.tokens["prompt"] + inv.tokens["completion"])
+        self.prompt.append(inv.tokens["prompt"])
+        self.completion.append(inv.tokens["completion"])
+        self.cpu.append(inv.cpu_s)
         clearance = {c["check"]: c["result"] for c in verdict.get("cleared") or []}
         for r in inv.ruled_out:
             covered = clearance.get(CLEARANCE_OF.get(str(r.get("check")), ""))
@@ -73,6 +79,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--explain-out", metavar="FILE", help="with --explain: one JSON line per verdict"
     )
+    parser.add_argument(
+        "--explain-mode",
+        choices=MODES,
+        help="with --explain: slots (the model picks evidence, the text is composed) or prose "
+        "(the model writes it); default: the writer's (slots for the default model)",
+    )
 
 
 def _share(k: int, n: int) -> str:
@@ -82,7 +94,7 @@ def _share(k: int, n: int) -> str:
 def format_scores(scores: dict[str, ExplainScore]) -> str:
     rows = [
         f"{'family':<22} {'first':>5} {'valid':>5} {'fallb':>5} {'ruled':>7} "
-        f"{'p50 s':>6} {'p95 s':>6} {'tokens':>6}  n"
+        f"{'p50 s':>6} {'p95 s':>6} {'cpu s':>6} {'prompt':>6} {'compl':>5}  n"
     ]
     total = ExplainScore()
     for fam in sorted(scores):
@@ -95,6 +107,9 @@ def format_scores(scores: dict[str, ExplainScore]) -> str:
         total.ruled_matching += s.ruled_matching
         total.seconds += s.seconds
         total.tokens += s.tokens
+        total.prompt += s.prompt
+        total.completion += s.completion
+        total.cpu += s.cpu
     for fam, s in [*sorted(scores.items()), ("all", total)]:
         if not s.n:
             continue
@@ -103,7 +118,7 @@ def format_scores(scores: dict[str, ExplainScore]) -> str:
         rows.append(
             f"{fam:<22} {_share(s.first_try, s.n)} {_share(s.validated, s.n)} "
             f"{_share(s.fallback, s.n)} {ruled:>7} {p50:6.1f} {p95:6.1f} "
-            f"{np.mean(s.tokens):6.0f}  {s.n}"
+            f"{np.mean(s.cpu):6.1f} {np.mean(s.prompt):6.0f} {np.mean(s.completion):5.0f}  {s.n}"
         )
     return "\n".join(rows)
 
@@ -124,6 +139,8 @@ def run(args: argparse.Namespace) -> int:
             return 2
         names = [n for n in names if n in args.scenario]
     scores: dict[str, ExplainScore] = {}
+    load0 = os.getloadavg()[0]
+    loads: list[float] = []
     out = open(args.explain_out, "w") if args.explain_out else None  # noqa: SIM115
     t0 = time.perf_counter()
     try:
@@ -146,15 +163,23 @@ def run(args: argparse.Namespace) -> int:
                         job = verdict["subject"].get("job")
                         if job and job not in windows:
                             windows[job] = build_job_window(store, job)
-                        inv = investigate(verdict, windows.get(job) if job else None, writer)
+                        inv = investigate(
+                            verdict,
+                            windows.get(job) if job else None,
+                            writer,
+                            mode=args.explain_mode,
+                        )
                         scores.setdefault(verdict["family"], ExplainScore()).add(verdict, inv)
                         print(
                             f"{name:<28} seed={seed} {verdict['family']:<20} "
                             f"first={'ok' if inv.first_try_valid else 'no'} "
                             f"{'validated' if inv.validated else 'FALLBACK'} "
-                            f"{inv.duration_s:.1f}s",
+                            f"{inv.duration_s:.1f}s cpu {inv.cpu_s:.1f}s "
+                            f"tokens {inv.tokens['prompt']}+{inv.tokens['completion']} "
+                            f"load {os.getloadavg()[0]:.1f}",
                             file=sys.stderr,
                         )
+                        loads.append(os.getloadavg()[0])
                         if out is not None:
                             out.write(
                                 json.dumps(
@@ -180,6 +205,8 @@ def run(args: argparse.Namespace) -> int:
     print(format_scores(scores))
     print(
         f"{len(names) * args.seeds} runs, {args.seeds} seed(s), {args.duration:.0f} s traces, "
-        f"model {writer.name}, {time.perf_counter() - t0:.0f} s"
+        f"model {writer.name}, {time.perf_counter() - t0:.0f} s, load average (1 min) "
+        f"{load0:.1f} at the start, {min(loads, default=load0):.1f}–"
+        f"{max(loads, default=load0):.1f} after each verdict, {os.cpu_count()} CPUs"
     )
     return 0
