@@ -2,7 +2,7 @@
 Swagger UI (assets from Proof's own static files) sit beside them."""
 
 from django.urls import path, re_path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 from rest_framework.routers import DefaultRouter
 
 from investigations.api.urls import register as register_investigations
@@ -18,7 +18,9 @@ register_notify(router)
 urlpatterns = [
     # Anonymous may read both: the schema describes the API, it holds no tenant data.
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
-    path("docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    # The split view serves its start-up script from ?script, not inline: the page keeps to
+    # the Content-Security-Policy (tenants/csp.py).
+    path("docs/", SpectacularSwaggerSplitView.as_view(url_name="api-schema"), name="api-docs"),
     *router.urls,
     # Last: any other path under /api/v1/ is a 404 in the API's one error shape.
     re_path(r"^(?P<rest>.*)$", unknown_endpoint, name=UNKNOWN_ENDPOINT),
