@@ -35,7 +35,7 @@ MAX_ALSO = 2
 # allows and is still ~4 s at the slowest measured decode rate.
 MAX_TOKENS = 96
 PROMPT_EVIDENCE = 8
-NOTE_CHARS = 90
+NOTE_CHARS = 120
 BRIEF_NOTE_CHARS = 60
 MENU_FACTS = 10  # facts offered by letter; the finding's own evidence comes first
 # ids offered per clear check (its first: the clearance's own evidence, then its findings); a
@@ -109,22 +109,31 @@ def evidence_clause(e: dict[str, Any]) -> Clause:
     if observed:
         value = f": {observed}" + (f", baseline {baseline}" if baseline else "")
     if len(note) > NOTE_CHARS:
-        note = ""  # a note cut short would be a clause cut short: the measurement alone
+        # its first clause, when the rest only says what the baseline is ("all ranks launched
+        # nothing for this long (ms) during a checkpoint save; baseline: one training step");
+        # a note cut elsewhere would be a clause cut short: then the measurement alone
+        head = note.split("; baseline", 1)[0]
+        note = head if len(head) <= NOTE_CHARS and head != note else ""
     return Clause(str(e["id"]), note, str(e.get("signal")), where, value)
 
 
 def clauses(
     verdict: dict[str, Any], steps: list[ToolResult], facts: validate.Facts
 ) -> dict[str, Clause]:
-    """id → the clause it stands for: the finding's own evidence (first `PROMPT_EVIDENCE`; the
-    clearance's evidence is what ruled_out cites), then the findings of every check that
+    """id → the clause it stands for: the finding's own evidence (first `PROMPT_EVIDENCE`, one
+    per signal and note; the clearance's evidence is what ruled_out cites), then the findings of every check that
     implicates. Only clauses the validator passes alone."""
     family = str(verdict.get("family"))
     out: dict[str, Clause] = {}
     cleared = clearance_ids(verdict)
     own = [e for e in verdict.get("evidence") or [] if str(e["id"]) not in cleared]
+    kinds: set[tuple[str, str]] = set()
     for e in own[:PROMPT_EVIDENCE]:
-        out[str(e["id"])] = evidence_clause(e)
+        c = evidence_clause(e)
+        if (c.measure, c.note) in kinds:
+            continue  # the same measure on another rank (a launch gap per rank): one is enough
+        kinds.add((c.measure, c.note))
+        out[c.id] = c
     for s in steps:
         if s.result == "implicated":  # a check not seen says nothing of the fault
             for f in s.findings:
@@ -220,8 +229,11 @@ def to_answer(raw: dict[str, Any], offered: dict[str, Clause]) -> dict[str, Any]
             where_said.add(c.where)
             notes_said.add(c.note)
     text = "; ".join(parts)
+    first = text.split(" ", 1)[0]
+    if first.isalpha() and first.islower():  # a note's first word, not a signal's name
+        text = text[:1].upper() + text[1:]
     return {
-        "explanation": text[:1].upper() + text[1:],
+        "explanation": text,
         "cited": chosen,
         "ruled_out": raw.get("ruled_out"),
         "lead": lead,
