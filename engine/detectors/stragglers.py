@@ -34,6 +34,14 @@ from engine.detectors.common import (
     step_means,
     step_seconds,
 )
+from engine.detectors.straggler_cause import (
+    CAUSE_FIX,
+    CAUSE_TEXT,
+    CAUSE_TITLE,
+    HW_THROTTLE,
+    slow_rank_cause,
+)
+from engine.detectors.xids import FAULT, WARNING, xid_kind
 from engine.findings import INFRASTRUCTURE, JOB, Finding
 from engine.window import SOURCE_DESCRIPTIONS, JobWindow
 
@@ -85,9 +93,6 @@ IMBALANCE_MAX_RHO = 0.5
 # throttle episode read as a rotating imbalance on 3 of 3 gpu_degrading runs (1 of 3 at 20;
 # the old 25%-of-the-window rule: 2 of 3).
 IMBALANCE_MIN_STEPS = 20
-_HW_THROTTLE = (
-    signals.THROTTLE_HW_SLOWDOWN | signals.THROTTLE_HW_THERMAL | signals.THROTTLE_HW_POWER_BRAKE
-)
 # --- Early verdicts (issue 18: verdicts within seconds of the onset) --------------------------
 # The long waits above exist for one confounder: a GPU that throttles for 10–60 s at a time
 # (fleet health, `gpu_degrading`) makes its rank the slowest for as long. A GPU's own telemetry
@@ -98,11 +103,16 @@ _HW_THROTTLE = (
 # Throttle reasons that mark a sample as "in a throttle episode". The software power cap is
 # left out: every GPU of a job that draws its full power limit reports it, healthy or not; a
 # GPU held below its peers by a lower cap shows in its clock instead.
-_EPISODE_THROTTLE = _HW_THROTTLE | signals.THROTTLE_SW_THERMAL
+_EPISODE_THROTTLE = HW_THROTTLE | signals.THROTTLE_SW_THERMAL
 # "Its SM clock drops": below 95% of the median of the job's GPUs in the same sample. Healthy
 # GPUs of one model at full load sit within 1–2% of each other (boost bins); the simulated
 # throttle episodes and slow-rank throttles hold the clock at 50–80% of max.
 CLOCK_DROP_RATIO = 0.95
+# …unless the GPU says why: a clock below its peers' with the software power-cap reason and no
+# thermal or hardware reason is held by the GPU's power limit — a setting (nvidia-smi -pl, an
+# inherited or mis-set cap), not an episode that ends by itself. Such a rank is judged by the
+# steady rule (slow_rank seed 4, a GPU capped at 50–70% of its draw: 63 s on the long rule).
+# The episodes the long wait is for always carry a thermal or hardware reason.
 # A steady straggler is judged on ≥ 5 samples (5 s at 1 s) of its raised lead — the few
 # samples a mean and the slowest-rank test need; what backs the verdict is the z statistic
 # below, not the count. `proof eval --time-to-verdict --prefix-step 1 --seeds 2`: slow_rank
@@ -124,6 +134,31 @@ STEADY_MIN_WIN = 0.8
 # and was named 18 s before the onset (`--prefix-alarms`, seeds 0–4). The same ≥ 20 block
 # means of the other ranks give the standard error.
 STEADY_MIN_HISTORY = 20
+# With steps longer than a sample (the log's step time, `step_blocks`) every rank computes
+# mid-step and the lead shows only in the sample where the step ends (seen: slow_rank seed 3,
+# 4.3 s steps, per-sample leads 0, 0, 0, 0.75): the steady rule is then judged on per-step means
+# (blocks of a step's samples), on ≥ 3 steps of raised lead (and ≥ STEADY_MIN_SAMPLES samples)
+# after ≥ STEADY_MIN_HISTORY steps before. Three steps: the rank slowest in all of them (the
+# 80% win) and z ≥ 6 against the other ranks' equally long per-step means.
+STEADY_MIN_STEPS = 3
+# A rank whose GPU is throttled (a thermal or hardware reason, or a clock under its peers')
+# is judged by the steady rule too when the throttle is one state since the lead began and
+# nothing says the GPU is degrading: throttled on every sample (step) since the segment began,
+# in one run (no earlier episode of that GPU in the window: a throttle that came and went is
+# an episode), for ≥ STEADY_THROTTLED_MIN_S, and no degradation sign on that GPU in the
+# window (`degradation_signs`: any new ECC error or remapped row, a warning or fault XID).
+# The episodes the long wait is for are a degrading GPU's (fleet health, `gpu_degrading`:
+# rising corrected ECC errors, new remaps, recurring throttling); on gpu_degrading seeds 0–4
+# the GPU's single-bit ECC count rose by 1–5 within 20 s of its first episode's start.
+# 10 s: longer than the shortest such episodes, and ≥ 2 steps of a 4 s-step job.
+STEADY_THROTTLED_MIN_S = 10.0
+_DEGRADATION_COUNTERS: tuple[str, ...] = (
+    signals.DCGM_FI_DEV_ECC_SBE_VOL_TOTAL,
+    signals.DCGM_FI_DEV_ECC_DBE_VOL_TOTAL,
+    signals.DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS,
+    signals.DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS,
+    signals.DCGM_FI_DEV_ROW_REMAP_FAILURE,
+)
 # Rotating imbalance, early: with throttle telemetry, samples in which a rank's GPU is in a
 # throttle episode are left out of the rotation test (they are a GPU's — fleet health — not the
 # sampler's), and a segment of ≥ 5 steps (samples, while the log gives no step time) but
@@ -165,6 +200,11 @@ class StragglerStats:
     throttled: np.ndarray | None = None
     lead_matrix: np.ndarray | None = None  # (R, n) relative lead over the median rank
     early: bool = False  # judged by `_steady_straggler` (z over samples, not 10-sample blocks)
+    step_blk: int = 1  # samples per block of the steady rule (`_steady_blocks`)
+    # (R,): the rank's GPU shows a degradation sign in the window (`degradation_signs`)
+    degrading: np.ndarray | None = None
+    dt: float = 1.0  # seconds per sample
+    throttled_early: bool = False  # judged by the steady rule with its GPU throttled
 
 
 def throttle_matrix(w: JobWindow) -> np.ndarray | None:
@@ -178,17 +218,48 @@ def throttle_matrix(w: JobWindow) -> np.ndarray | None:
     if not have_bits and not have_clock:
         return None
     out = np.zeros((w.world, len(w.times)), dtype=bool)
+    held = np.zeros_like(out)  # the clock is held by the GPU's power limit (CLOCK_DROP_RATIO)
     if have_bits and bits is not None:
         b = np.nan_to_num(bits, nan=0.0).astype(np.int64)
-        out |= (b & _EPISODE_THROTTLE) != 0
+        episode = (b & _EPISODE_THROTTLE) != 0
+        out |= episode
+        held = np.isfinite(bits) & ((b & signals.THROTTLE_SW_POWER_CAP) != 0) & ~episode
     if have_clock and clock is not None:
         seen = np.isfinite(clock)
         med = np.full(clock.shape[1], np.nan)
         cols = seen.any(axis=0)
         med[cols] = np.nanmedian(clock[:, cols], axis=0)
         with np.errstate(invalid="ignore"):
-            out |= seen & (clock < CLOCK_DROP_RATIO * med[None, :])
+            out |= seen & (clock < CLOCK_DROP_RATIO * med[None, :]) & ~held
     return out
+
+
+def degradation_signs(w: JobWindow) -> np.ndarray:
+    """(R,) whether each rank's GPU shows a sign of degrading in the window: an increase of an
+    ECC error or row-remap counter (`_DEGRADATION_COUNTERS`), or a warning or fault XID."""
+    out = np.zeros(w.world, dtype=bool)
+    xid_gpus = {
+        e.gpu
+        for e in w.events
+        if e.name == signals.EVENT_XID and xid_kind(e.value) in (WARNING, FAULT)
+    }
+    for i, r in enumerate(w.ranks):
+        raw = w.gpu_raw.get(r.gpu, {}) if r.gpu else {}
+        out[i] = r.gpu in xid_gpus or any(
+            counter_delta(s.ts, s.values)[0] > 0
+            for name in _DEGRADATION_COUNTERS
+            if (s := raw.get(name)) is not None
+        )
+    return out
+
+
+def _steady_blocks(w: JobWindow) -> int:
+    """Samples per block of the steady rule: enough that every block holds a step's end (the
+    step time rounded up), so no block of a slow rank reads as "not slow" for holding none."""
+    s = step_seconds(w)
+    if not np.isfinite(s) or s <= w.dt:
+        return 1
+    return int(min(60, np.ceil(s / w.dt - 1e-6)))
 
 
 def relative_dispersion(x: np.ndarray) -> np.ndarray:
@@ -267,6 +338,9 @@ def straggler_stats(w: JobWindow) -> StragglerStats | None:
         others_dispersion=others_dispersion,
         throttled=thr[:, mask] if thr is not None else None,
         lead_matrix=lead,
+        step_blk=_steady_blocks(w),
+        degrading=degradation_signs(w),
+        dt=w.dt,
     )
 
 
@@ -281,7 +355,8 @@ def _is_persistent(st: StragglerStats) -> bool:
 
 
 def _steady_straggler(st: StragglerStats) -> StragglerStats | None:
-    """A straggler whose GPU is not throttled, judged on the samples since its lead began.
+    """A straggler whose GPU is not throttled, judged on the samples (steps, when a step spans
+    several samples) since its lead began.
 
     The segment: the trailing run of samples in which the rank with the largest lead over the
     last STEADY_MIN_SAMPLES kept at least half that lead. Its mean lead, less the rank's own
@@ -289,13 +364,25 @@ def _steady_straggler(st: StragglerStats) -> StragglerStats | None:
     standard error of an equally long mean of the other ranks' leads over the window (their
     own jitter, correlation within a step included). The rank's GPU must report throttle data
     and no throttle episode on the segment: otherwise the long rule (`_is_persistent`) waits."""
-    lead, thr = st.lead_matrix, st.throttled
+    lead, thr, busy = st.lead_matrix, st.throttled, st.busy
     if lead is None or thr is None or lead.shape[0] < 2:
         return None
+    blk, off, min_seg = max(1, st.step_blk), 0, STEADY_MIN_SAMPLES
+    if blk > 1:
+        # Per step: blocks of `blk` samples, each holding a step's end, ending at the newest
+        # sample (`step_means`).
+        nb = lead.shape[1] // blk
+        if nb < STEADY_MIN_STEPS:
+            return None
+        off = lead.shape[1] - nb * blk
+        lead = step_means(lead, st.times, blk)[0]
+        busy = step_means(busy, st.times, blk)[0]
+        thr = np.asarray(thr[:, off:].reshape(thr.shape[0], nb, blk).any(axis=2))
+        min_seg = max(STEADY_MIN_STEPS, -(-STEADY_MIN_SAMPLES // blk))
     n = lead.shape[1]
-    if n < STEADY_MIN_SAMPLES:
+    if n < min_seg:
         return None
-    recent = lead[:, -STEADY_MIN_SAMPLES:].mean(axis=1)
+    recent = lead[:, -min_seg:].mean(axis=1)
     cand = int(np.argmax(recent))
     level = float(recent[cand])
     if level < PERSISTENT_MIN_LEAD:
@@ -304,8 +391,21 @@ def _steady_straggler(st: StragglerStats) -> StragglerStats | None:
     low = np.flatnonzero(~raised)
     start = int(low[-1]) + 1 if len(low) else 0
     seg = n - start
-    if seg < STEADY_MIN_SAMPLES or start < STEADY_MIN_HISTORY or thr[cand, start:].any():
+    if seg < min_seg or start < STEADY_MIN_HISTORY:
         return None
+    throttled = bool(thr[cand, start:].any())
+    if throttled:
+        # One throttle state since the lead began, long enough, on a GPU with no sign of
+        # degrading (STEADY_THROTTLED_MIN_S); otherwise an episode: the long rule waits.
+        on = np.flatnonzero(thr[cand])
+        if (
+            st.degrading is None
+            or st.degrading[cand]
+            or on[0] > start
+            or not thr[cand, on[0] :].all()
+            or (n - on[0]) * blk * st.dt < STEADY_THROTTLED_MIN_S
+        ):
+            return None
     # Against the rank's own level before: a GPU a few % slower all along (manufacturing
     # variation) has lucky stretches above 5%; an onset is a step up from its own baseline.
     base = float(np.median(lead[cand, :start]))
@@ -317,7 +417,7 @@ def _steady_straggler(st: StragglerStats) -> StragglerStats | None:
     se = float(np.std(means, ddof=1)) if len(means) > 1 else 0.0
     m = float(lead[cand, start:].mean())
     z = (m - base) / se if se > 0 else float("inf")
-    x = st.busy[:, start:]
+    x = busy[:, start:]
     spread = x.max(axis=0) - x.min(axis=0) > 1e-9
     win = float(np.mean(np.argmax(x[:, spread], axis=0) == cand)) if spread.any() else 0.0
     rest = np.delete(x, cand, axis=0)
@@ -333,12 +433,13 @@ def _steady_straggler(st: StragglerStats) -> StragglerStats | None:
     return replace(
         st,
         rank_row=cand,
-        start=start,
+        start=off + start * blk,
         lead=m,
         tstat=z,
         block_win=win,
         others_dispersion=od,
         early=True,
+        throttled_early=throttled,
     )
 
 
@@ -548,168 +649,6 @@ def detect_sequence_imbalance(w: JobWindow) -> list[Finding]:
     return [f]
 
 
-def _cause(w: JobWindow, row: int, a: float, b: float, f: Finding) -> tuple[str, list[str]]:
-    """The slow rank's cause from its GPU's signals against the other ranks' GPUs."""
-    sel = (w.times >= a) & (w.times <= b)
-    others = [i for i in range(w.world) if i != row]
-    r = w.ranks[row]
-    cites: list[str] = []
-    bits = w.gpu.get(signals.DCGM_FI_DEV_CLOCK_THROTTLE_REASONS)
-    clock = w.gpu.get(signals.DCGM_FI_DEV_SM_CLOCK)
-    power = w.gpu.get(signals.DCGM_FI_DEV_POWER_USAGE)
-    gen = w.gpu.get(signals.DCGM_FI_DEV_PCIE_LINK_GEN)
-    width = w.gpu.get(signals.DCGM_FI_DEV_PCIE_LINK_WIDTH)
-
-    def med(arr: np.ndarray | None, rows: list[int] | int) -> float:
-        if arr is None:
-            return float("nan")
-        v = arr[rows][..., sel] if isinstance(rows, list) else arr[rows, sel]
-        v = v[np.isfinite(v)]
-        return float(np.median(v)) if len(v) else float("nan")
-
-    def ev(signal: str, observed: float | str, baseline: float | str | None, note: str) -> str:
-        return f.add(
-            signal, (a, b), observed, baseline, note, node=r.node, gpu=r.gpu, rank=r.rank, job=w.job
-        )
-
-    cause = "unknown"
-    if bits is not None:
-        b_r = bits[row, sel]
-        b_r = b_r[np.isfinite(b_r)].astype(np.int64)
-        if len(b_r):
-            hw = float(np.mean((b_r & _HW_THROTTLE) != 0))
-            thermal = float(np.mean((b_r & signals.THROTTLE_SW_THERMAL) != 0))
-            pcap = float(np.mean((b_r & signals.THROTTLE_SW_POWER_CAP) != 0))
-            b_o = bits[others][:, sel]
-            b_o = b_o[np.isfinite(b_o)].astype(np.int64)
-            hw_o = float(np.mean((b_o & _HW_THROTTLE) != 0)) if len(b_o) else 0.0
-            # Throttling explains the slowness when it covers half the slow period and the other
-            # ranks' GPUs are not throttled the same way (a hot aisle throttles everyone).
-            if max(hw, thermal) >= 0.5 and hw_o < 0.25:
-                reasons = sorted(
-                    {
-                        name
-                        for bit, name in signals.THROTTLE_REASON_NAMES.items()
-                        if (np.bitwise_or.reduce(b_r) & bit)
-                    }
-                )
-                cites.append(
-                    ev(
-                        signals.DCGM_FI_DEV_CLOCK_THROTTLE_REASONS,
-                        round(max(hw, thermal), 3),
-                        round(hw_o, 3),
-                        "share of samples with clock throttling ("
-                        + ", ".join(reasons)
-                        + ") on this GPU; baseline: the job's other GPUs",
-                    )
-                )
-                cause = "clock_throttle"
-            elif pcap >= 0.5:
-                cites.append(
-                    ev(
-                        signals.DCGM_FI_DEV_CLOCK_THROTTLE_REASONS,
-                        round(pcap, 3),
-                        None,
-                        "share of samples held by the software power cap",
-                    )
-                )
-                cause = "power_cap"
-    c_r, c_o = med(clock, row), med(clock, others)
-    p_r, p_o = med(power, row), med(power, others)
-    if cause == "unknown" and np.isfinite(c_r) and np.isfinite(c_o) and c_r < 0.95 * c_o:
-        # A lower clock with lower power than its peers while computing more: power limited.
-        if np.isfinite(p_r) and np.isfinite(p_o) and p_r < 0.9 * p_o:
-            cause = "power_cap"
-            cites.append(
-                ev(
-                    signals.DCGM_FI_DEV_POWER_USAGE,
-                    round(p_r, 1),
-                    round(p_o, 1),
-                    "median power draw of this GPU vs the job's other GPUs (W)",
-                )
-            )
-        else:
-            cause = "clock_throttle"
-    if cause != "unknown" and np.isfinite(c_r):
-        cites.append(
-            ev(
-                signals.DCGM_FI_DEV_SM_CLOCK,
-                round(c_r, 1),
-                round(c_o, 1),
-                "median SM clock of this GPU vs the job's other GPUs (MHz)",
-            )
-        )
-    if cause == "unknown" and gen is not None and width is not None:
-        # Idle links train down to save power: compare only while the job computes.
-        g_r, g_o = med(gen, row), med(gen, others)
-        w_r, w_o = med(width, row), med(width, others)
-        if (np.isfinite(g_r) and g_r < g_o) or (np.isfinite(w_r) and w_r < w_o):
-            cause = "pcie"
-            cites.append(
-                ev(
-                    signals.DCGM_FI_DEV_PCIE_LINK_GEN,
-                    f"gen{g_r:.0f} x{w_r:.0f}",
-                    f"gen{g_o:.0f} x{w_o:.0f}",
-                    "PCIe link of this GPU vs the job's other GPUs",
-                )
-            )
-    raw = w.gpu_raw.get(r.gpu, {})
-    for counter, name in (
-        (signals.DCGM_FI_DEV_PCIE_REPLAY_COUNTER, "pcie"),
-        (signals.DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL, "nvlink"),
-    ):
-        s = raw.get(counter)
-        if s is None:
-            continue
-        keep = (s.ts >= a) & (s.ts <= b)
-        d, v0, _ = counter_delta(s.ts[keep], s.values[keep])
-        peers = []
-        for i in others:
-            ps = w.gpu_raw.get(w.ranks[i].gpu, {}).get(counter)
-            if ps is not None:
-                k2 = (ps.ts >= a) & (ps.ts <= b)
-                peers.append(counter_delta(ps.ts[k2], ps.values[k2])[0])
-        peer = float(np.median(peers)) if peers else 0.0
-        # Link errors implicate the GPU when they rise here and (almost) nowhere else.
-        if d >= 10 and d > 10 * max(peer, 1.0):
-            if cause in ("unknown", name):
-                cause = name
-            cites.append(
-                ev(
-                    counter,
-                    d,
-                    peer,
-                    f"increase over the slow period (pre-existing value "
-                    f"{v0:.0f}); baseline: median increase on the job's other GPUs",
-                )
-            )
-    return cause, cites
-
-
-_CAUSE_TEXT = {
-    "clock_throttle": "its GPU's clocks are throttled",
-    "power_cap": "its GPU is power-limited below its peers",
-    "pcie": "its GPU's PCIe link is degraded (downgraded link and/or replays)",
-    "nvlink": "its GPU's NVLink is taking errors (CRC flit errors rising)",
-    "unknown": "no throttle, power, PCIe or NVLink anomaly was visible on its GPU",
-}
-_CAUSE_TITLE = {
-    "clock_throttle": "clock throttling",
-    "power_cap": "power limited",
-    "pcie": "PCIe link degraded",
-    "nvlink": "NVLink errors",
-}
-_CAUSE_FIX = {
-    "clock_throttle": "check cooling and power delivery of that GPU (fans, inlet temperature, "
-    "power brake), then reset or replace it",
-    "power_cap": "restore the GPU's power limit (nvidia-smi -pl) or check the PSU/power brake",
-    "pcie": "reseat the GPU or riser and check the slot; the link should train at full "
-    "generation and width",
-    "nvlink": "run NVLink diagnostics (dcgmi diag) and replace the GPU or NVSwitch tray",
-    "unknown": "run node diagnostics (dcgmi diag -r 3) on that GPU",
-}
-
-
 def detect_slow_rank(w: JobWindow) -> list[Finding]:
     """Persistent straggler → the slow rank's GPU/node (category infrastructure), with cause."""
     st0 = straggler_stats(w)
@@ -723,7 +662,13 @@ def detect_slow_rank(w: JobWindow) -> list[Finding]:
         unit = "samples"
         stat_txt = (
             f"z={min(st.tstat, 999.0):.1f} against the other ranks' jitter over "
-            f"{len(st.times) - st.start} samples, its GPU unthrottled at its peers' clock"
+            f"{len(st.times) - st.start} samples, "
+            + (
+                "its GPU throttled throughout, with no sign of degrading (no new ECC errors or "
+                "remaps, no XID)"
+                if st.throttled_early
+                else "its GPU unthrottled at its peers' clock"
+            )
         )
     else:
         unit = "10-sample blocks"
@@ -761,16 +706,16 @@ def detect_slow_rank(w: JobWindow) -> list[Finding]:
         rank=r.rank,
         job=w.job,
     )
-    cause, cites = _cause(w, st.rank_row, a, b, f)
+    cause, cites = slow_rank_cause(w, st.rank_row, a, b, f)
     f.details["cause"] = cause
     if cause != "unknown":
-        f.title += f" ({_CAUSE_TITLE[cause]})"
+        f.title += f" ({CAUSE_TITLE[cause]})"
     cite = ("[" + ", ".join(cites) + "]") if cites else ""
     f.summary = (
         f"Rank {r.rank} ({r.node}, GPU {r.gpu}) has been the slowest rank in "
         f"{st.block_win:.0%} of {unit} since {hhmmss(a)} [{e2}], computing "
         f"{st.lead:.1%} longer than the median rank each step while the others wait [{e1}]; "
-        f"{_CAUSE_TEXT[cause]} {cite}".rstrip()
+        f"{CAUSE_TEXT[cause]} {cite}".rstrip()
         + "."
     )
     f.explanation = (
@@ -780,7 +725,7 @@ def detect_slow_rank(w: JobWindow) -> list[Finding]:
     )
     f.recommendation = (
         f"Drain {r.node} GPU {r.gpu_index if r.gpu_index is not None else r.gpu} and "
-        f"{_CAUSE_FIX[cause]}; restart the job without it (exclude the node) meanwhile."
+        f"{CAUSE_FIX[cause]}; restart the job without it (exclude the node) meanwhile."
     )
     f.confidence = round(float(min(0.97, 0.6 + min(st.tstat, 20) / 60 + st.block_win * 0.1)), 2)
     if cause == "unknown":

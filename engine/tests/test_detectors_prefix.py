@@ -75,14 +75,15 @@ def test_an_underfilled_endpoint_whose_traffic_rises_is_still_named_on_its_whole
     assert "underfilled_batches" in families_at(store, store.time_range()[1])
 
 
-def test_an_underfilled_endpoint_is_named_20_s_after_it_starts_serving(tmp_path: Path) -> None:
+def test_an_underfilled_endpoint_is_named_10_s_after_it_starts_serving(tmp_path: Path) -> None:
+    # MIN_SERVING_SAMPLES: 10 samples, the fill test on their halves (was 20 samples)
     path = tmp_path / "under.jsonl"
     sim = simulate("underfilled_batches", seed=0, duration_s=600, nodes=2, gpus_per_node=4)
     sim.write(path)
     onset = float(sim.meta["truth"]["onset"])
     store = TraceStore.from_trace(path)
-    assert "underfilled_batches" not in families_on_prefixes(store, [onset + 15])[0]
-    assert first_verdict_at(store, "underfilled_batches", onset, 5) == onset + 20
+    assert "underfilled_batches" not in families_on_prefixes(store, [onset + 5])[0]
+    assert first_verdict_at(store, "underfilled_batches", onset, 5) == onset + 10
 
 
 def _onset_store(tmp_path: Path, scenario: str, seed: int) -> tuple[TraceStore, float]:
