@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 
+from agent import __version__
 from contract import cli
 
 DESCRIPTION = (__doc__ or "").splitlines()[0]
@@ -25,6 +26,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 
 
 def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if args[:1] == ["--version"]:  # the packaged executable's smoke check (docs/agent-install.md)
+        print(f"proof-agent {__version__}")
+        return 0
     return cli.dispatch("proof-agent", DESCRIPTION, SUBCOMMANDS, argv)
 
 

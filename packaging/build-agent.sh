@@ -14,11 +14,62 @@
 # Python minor version as the nodes run (3.11+, x86_64 or aarch64 Linux).
 # eBPF uses the system's bcc package (python3-bpfcc), which the agent finds at run time; it is
 # not bundled (it must match the node's kernel and LLVM).
+#
+# FORMAT=pyinstaller builds instead a PyInstaller one-file executable, dist/proof-agent, that
+# carries Python itself: nothing but the NVIDIA driver is needed on the node (the Helm chart's
+# image and nodes without Python 3.11). It unpacks into $TMPDIR at each start (~1 s) and finds
+# the node's bcc (python3-bpfcc) at run time (packaging/pyinstaller_entry.py). Build it on the
+# oldest glibc the nodes run (it needs at least the build machine's).
+#   FORMAT=pyinstaller bash packaging/build-agent.sh          # from this interpreter's packages
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
-OUT="${OUT:-dist/proof-agent.pyz}"
+FORMAT="${FORMAT:-shiv}"
 DEPS_FROM="${DEPS_FROM:-pypi}"
+
+if [ "$FORMAT" = pyinstaller ]; then
+  OUT="${OUT:-dist/proof-agent}"
+  if ! "$PYTHON" -m PyInstaller --version >/dev/null 2>&1; then
+    echo "build-agent: PyInstaller is not installed for $PYTHON (pip install pyinstaller; it is in the [dev] extra)" >&2
+    exit 1
+  fi
+  work="$(mktemp -d)"
+  trap 'rm -rf "$work"' EXIT
+  # The agent's packages and its runtime requirements as this interpreter has them; never Django
+  # (refused below, and agent_deps.FORBIDDEN). Subcommands and the transport are imported by
+  # name at run time, hence --collect-submodules; tests are left out.
+  excludes=()
+  # Never the server's frameworks; nor build-time tools something may drag in (the protobuf
+  # compiler, setuptools, Tk).
+  for forbidden in django celery psycopg channels rest_framework daphne grpc_tools setuptools tkinter; do
+    excludes+=(--exclude-module "$forbidden")
+  done
+  mapfile -t hidden < <("$PYTHON" - <<'PY'
+import pkgutil, importlib
+for root in ("agent", "contract", "simulator"):
+    pkg = importlib.import_module(root)
+    for mod in pkgutil.walk_packages(pkg.__path__, root + "."):
+        if ".tests" not in mod.name:
+            print("--hidden-import=" + mod.name)
+PY
+)
+  "$PYTHON" -m PyInstaller --onefile --noconfirm --clean --log-level WARN \
+    --name "$(basename "$OUT")" --distpath "$(dirname "$OUT")" \
+    --workpath "$work/build" --specpath "$work" --paths "$PWD" \
+    "${hidden[@]}" --hidden-import pynvml --hidden-import prometheus_client \
+    --exclude-module pytest --exclude-module agent.tests "${excludes[@]}" packaging/pyinstaller_entry.py
+  contents="$("$PYTHON" -m PyInstaller.utils.cliutils.archive_viewer --recursive --brief "$OUT")"
+  for forbidden in django celery psycopg; do
+    if grep -qE "(^|[^A-Za-z0-9_])$forbidden([./]|\$)" <<<"$contents"; then
+      echo "build-agent: $forbidden ended up in the executable; refusing" >&2
+      exit 1
+    fi
+  done
+  chmod 0755 "$OUT"
+  echo "built $OUT ($(du -h "$OUT" | cut -f1))"
+  exit 0
+fi
+OUT="${OUT:-dist/proof-agent.pyz}"
 
 if ! "$PYTHON" -m shiv --version >/dev/null 2>&1; then
   echo "build-agent: shiv is not installed for $PYTHON (pip install shiv; it is in the [dev] extra)" >&2
