@@ -34,6 +34,7 @@ def settings_links(principal: Principal) -> list[tuple[str, str]]:
         ]
         if principal.is_admin:
             links.append(("settings-billing", "Billing"))
+            links.append(("settings-audit", "Audit log"))
     return links
 
 
