@@ -7,6 +7,7 @@ from django.urls import path, re_path
 from frontend.views import billing, fleet, health, home, incidents, jobs, price, share
 from frontend.views.settings import agents as settings_agents
 from frontend.views.settings import api_tokens as settings_api_tokens
+from frontend.views.settings import audit as settings_audit
 from frontend.views.settings import customers as settings_customers
 from frontend.views.settings import index as settings_index
 from frontend.views.settings import prices as settings_prices
@@ -63,6 +64,7 @@ urlpatterns = [
         settings_api_tokens.api_token_revoke,
         name="settings-api-token-revoke",
     ),
+    path("settings/audit/", settings_audit.audit_log, name="settings-audit"),
     path("settings/billing/", billing.billing_settings, name="settings-billing"),
     path(
         "settings/billing/chargeback.csv",
