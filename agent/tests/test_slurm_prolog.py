@@ -146,3 +146,24 @@ def test_an_array_job_id_is_accepted(inbox: Path) -> None:
 def test_scripts_are_executable() -> None:
     for name in ("proof-prolog.sh", "proof-epilog.sh"):
         assert os.access(SLURM / name, os.X_OK), name
+
+
+def test_installed_layout_finds_the_common_part_or_says_so(inbox: Path, tmp_path: Path) -> None:
+    # Copied alone (as into /etc/slurm/prolog.d), without the common part anywhere it looks:
+    # said, exit 0, nothing written (a real node has it in /usr/local/lib/proof-agent).
+    alone = tmp_path / "prolog.d"
+    alone.mkdir()
+    script = alone / "50-proof.sh"
+    script.write_text((SLURM / "proof-prolog.sh").read_text())
+    if Path("/usr/local/lib/proof-agent/proof-slurm-common.sh").exists():
+        pytest.skip("this machine has the common part installed")
+    done = subprocess.run(
+        ["bash", str(script)],
+        env={"PATH": "/usr/bin:/bin", "PROOF_AGENT_INBOX": str(inbox), "SLURM_JOB_ID": "9"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0
+    assert "proof-slurm-common.sh not found" in done.stderr
+    assert records(inbox) == []

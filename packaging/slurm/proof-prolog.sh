@@ -23,9 +23,15 @@
 # SLURM_JOB_ACCOUNT, SLURM_JOB_PARTITION; PROOF_AGENT_INBOX (default
 # /var/lib/proof-agent/inbox), PROOF_CGROUP_ROOT (default /sys/fs/cgroup).
 set -u
-. "$(dirname "$(readlink -f "$0")")/proof-slurm-common.sh" 2>/dev/null || {
-  echo "proof-prolog: proof-slurm-common.sh not found next to $0; nothing announced" >&2
+# The shared part: next to this script (a checkout), else /usr/local/lib/proof-agent (installed;
+# not in prolog.d, where a Prolog=…/* glob would run it as a prolog of its own).
+_common=""
+for _dir in "$(dirname "$(readlink -f "$0")")" /usr/local/lib/proof-agent; do
+  if [ -r "$_dir/proof-slurm-common.sh" ]; then _common="$_dir/proof-slurm-common.sh"; break; fi
+done
+if [ -z "$_common" ] || ! . "$_common"; then
+  echo "proof-prolog: proof-slurm-common.sh not found (next to $0 or in /usr/local/lib/proof-agent); nothing announced" >&2
   exit 0
-}
+fi
 proof_slurm_announce start
 exit 0
