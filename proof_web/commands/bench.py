@@ -7,6 +7,9 @@
   every console page on a seeded 10,000-GPU fleet.
 - `proof bench screen` (proof_web/commands/bench_screen.py): the batch screen's CPU per
   stored batch.
+- `proof bench fleet-health` (proof_web/commands/bench_fleet_health.py): the days-ahead
+  forecast on a simulated fleet over weeks: failures flagged >= 48 h ahead, lead time, false
+  drains, the cost of one pass over 10,000 GPUs.
 
 Each target's module adds its own options (`add_arguments`) and runs (`run`); neither sets
 Django up before it runs.
@@ -31,6 +34,11 @@ TARGETS: dict[str, tuple[str, str]] = {
     "screen": (
         "proof_web.commands.bench_screen",
         "the batch screen's CPU per stored batch, per series and per 1,000 GPUs",
+    ),
+    "fleet-health": (
+        "proof_web.commands.bench_fleet_health",
+        "days-ahead forecast on a fleet over weeks: failures flagged >= 48 h ahead, lead time, "
+        "false drains per 1,000 GPU-months, cost of one pass over 10,000 GPUs",
     ),
 }
 
