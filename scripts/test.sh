@@ -19,6 +19,8 @@ echo "== lint-imports (package boundaries: [tool.importlinter] in pyproject.toml
 .venv/bin/lint-imports
 echo "== mypy"
 .venv/bin/mypy .
+echo "== pip-audit (known vulnerabilities of the installed dependencies; unreachable service: said, not failed)"
+bash scripts/pip-audit.sh
 echo "== makemigrations --check (the models and their migrations agree)"
 .venv/bin/python manage.py makemigrations --check --dry-run
 echo "== manage.py check --deploy (production settings)"
