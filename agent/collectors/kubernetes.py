@@ -29,10 +29,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import grpc
-
-from agent.collectors import kubernetes_podresources_pb2 as pb
-from agent.collectors import kubernetes_podresources_pb2_grpc as pb_grpc
 from agent.collectors.kubernetes_pods import PodDirectory, PodInfo
 
 log = logging.getLogger(__name__)
@@ -69,19 +65,28 @@ class PodResourcesClient:
     def __init__(self, socket_path: str | Path = DEFAULT_SOCKET, *, timeout_s: float = 2.0):
         self.socket_path = str(socket_path)
         self.timeout_s = timeout_s
-        self._channel: grpc.Channel | None = None
+        self._channel: Any = None  # grpc.Channel, once connected
         self._stub: Any = None
 
-    def _lister(self) -> Any:
+    def _lister(self) -> tuple[Any, Any]:
+        """The stub and the message module. gRPC and protobuf are imported here, on first use:
+        every process importing agent.collectors (each `proof-agent exec` of a job) would
+        otherwise load them (~0.1 s, ~20 MiB) for a node that may not even run Kubernetes."""
+        import grpc
+
+        from agent.collectors import kubernetes_podresources_pb2 as pb
+        from agent.collectors import kubernetes_podresources_pb2_grpc as pb_grpc
+
         if self._stub is None:
             self._channel = grpc.insecure_channel(f"unix://{self.socket_path}")
             self._stub = pb_grpc.PodResourcesListerStub(self._channel)
-        return self._stub
+        return self._stub, pb
 
     def list_gpus(self, prefixes: Iterable[str] = GPU_RESOURCE_PREFIXES) -> list[ContainerGpus]:
         """Every container holding GPUs; raises grpc.RpcError when the kubelet does not answer."""
         prefixes = tuple(prefixes)
-        resp = self._lister().List(pb.ListPodResourcesRequest(), timeout=self.timeout_s)
+        stub, pb = self._lister()
+        resp = stub.List(pb.ListPodResourcesRequest(), timeout=self.timeout_s)
         out = []
         for pod in resp.pod_resources:
             for container in pod.containers:
@@ -100,7 +105,8 @@ class PodResourcesClient:
     def allocatable_gpus(self, prefixes: Iterable[str] = GPU_RESOURCE_PREFIXES) -> list[str]:
         """The node's allocatable GPU device ids (GetAllocatableResources)."""
         prefixes = tuple(prefixes)
-        resp = self._lister().GetAllocatableResources(
+        stub, pb = self._lister()
+        resp = stub.GetAllocatableResources(
             pb.AllocatableResourcesRequest(), timeout=self.timeout_s
         )
         return [
@@ -196,8 +202,9 @@ class KubernetesCollector:
             if self.allocatable is None:
                 self.allocatable = self.client.allocatable_gpus(self.prefixes)
             containers = self.client.list_gpus(self.prefixes)
-        except grpc.RpcError as exc:
-            code = exc.code() if hasattr(exc, "code") else None
+        except Exception as exc:  # grpc.RpcError (imported lazily, see _lister)
+            code_of = getattr(exc, "code", None)
+            code = code_of() if callable(code_of) else exc
             return self._unavailable(f"PodResources at {self.socket_path}: {code}")
         if self._warned:
             self._warned = False

@@ -24,8 +24,10 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from agent.collectors import kubernetes_collector
 from agent.collectors._common import open_http
 from agent.collectors.dcgm import DEFAULT_BINDINGS_PATHS, DcgmCollector
+from agent.collectors.kubernetes import PodResourcesClient, socket_readable
 from agent.collectors.nvml import NvmlCollector
 from agent.config import AgentConfig, ConfigError, load_config
 from agent.spool import DEAD_LETTER_DIR, DeadLetter
@@ -244,6 +246,33 @@ def check_slurm(cfg: AgentConfig, which: Callable[[str], str | None] = shutil.wh
     return Check("Slurm", OK, f"{', '.join(have)} found")
 
 
+def check_kubernetes(cfg: AgentConfig, timeout: float) -> Check:
+    """The kubelet's PodResources API (GPU → pod) and where pod labels/owners come from."""
+    k = cfg.kubernetes
+    if not k.enabled:
+        return Check("Kubernetes", OFF, "[kubernetes] enabled = false")
+    ok, why = socket_readable(k.pod_resources_socket)
+    if not ok:
+        return Check("Kubernetes", UNAVAILABLE, f"{why} — not a Kubernetes node, or not mounted")
+    client = PodResourcesClient(k.pod_resources_socket, timeout_s=timeout)
+    try:
+        gpus = client.allocatable_gpus()
+        held = client.list_gpus()
+    except Exception as exc:  # grpc.RpcError: a kubelet that does not answer
+        return Check("Kubernetes", UNAVAILABLE, f"PodResources at {why}: {_reason(exc)}")
+    finally:
+        client.close()
+    collector = kubernetes_collector(cfg, lambda _index: None)
+    collector.pods.refresh(0.0, force=True)
+    source = collector.pods.source_used or "none answered (pods are keyed by their uid only)"
+    return Check(
+        "Kubernetes",
+        OK,
+        f"{len(gpus)} allocatable GPU(s), {len(held)} container(s) holding GPUs; "
+        f"pod metadata from: {source}",
+    )
+
+
 def check_inference(cfg: AgentConfig, timeout: float) -> Check:
     urls = list(cfg.inference.endpoints)
     discovered: list[str] = []
@@ -361,6 +390,7 @@ def run_checks(cfg: AgentConfig, timeout: float = 2.0) -> list[Check]:
         lambda: check_infiniband(cfg),
         lambda: check_mountstats(cfg),
         lambda: check_slurm(cfg),
+        lambda: check_kubernetes(cfg, timeout),
         lambda: check_inference(cfg, timeout),
         lambda: check_server(cfg, timeout),
         lambda: check_dead_letter(cfg),

@@ -65,6 +65,7 @@ def test_doctor_runs_here_and_says_why_nvml_is_unavailable() -> None:
         "InfiniBand/RoCE",
         "storage (mountstats)",
         "Slurm",
+        "Kubernetes",
         "inference servers",
         "ingest server",
         "dead letter (refused batches)",

@@ -31,6 +31,8 @@ from agent.collectors.kubernetes_pods import (
     parse_pod_list,
 )
 from agent.collectors.nvml import GpuRef
+from agent.commands.doctor import OFF, OK, UNAVAILABLE, check_kubernetes
+from agent.config import parse_config
 from agent.runtime import IdentityJoin
 from agent.tests.test_identity import make_proc
 from contract import signals
@@ -416,3 +418,31 @@ def test_committed_podresources_stubs_are_what_gen_proto_writes(tmp_path: Path) 
     for name in ("kubernetes_podresources_pb2.py", "kubernetes_podresources_pb2_grpc.py"):
         committed = (root / "agent" / "collectors" / name).read_bytes()
         assert (tmp_path / name).read_bytes() == committed, f"{name} is stale: run gen-proto.sh"
+
+
+def test_doctor_reports_podresources_and_the_pod_source(
+    kubelet: tuple[FakeKubelet, Path], tmp_path: Path
+) -> None:
+    fake, sock = kubelet
+    fake.pods = [pod("p", "ns", ("c", "nvidia.com/gpu", ["GPU-aaaa"]))]
+    logs = tmp_path / "logs"
+    (logs / f"ns_p_{UID_A}").mkdir(parents=True)
+    cfg = parse_config(
+        {"kubernetes": {"pod_resources_socket": str(sock), "pod_log_dir": str(logs)}}, env={}
+    )
+    check = check_kubernetes(cfg, timeout=2)
+    assert check.status == OK
+    assert "2 allocatable GPU(s), 1 container(s) holding GPUs" in check.detail
+    assert "pod log directories" in check.detail
+    missing = parse_config({"kubernetes": {"pod_resources_socket": str(tmp_path / "no")}}, env={})
+    assert check_kubernetes(missing, timeout=2).status == UNAVAILABLE
+    off = parse_config({"kubernetes": {"enabled": False}}, env={})
+    assert check_kubernetes(off, timeout=2).status == OFF
+
+
+def test_importing_the_collectors_loads_no_grpc() -> None:
+    # `proof-agent exec` imports agent.collectors for every job command: gRPC (~20 MiB) must
+    # wait until a kubelet is actually asked.
+    code = "import sys, agent.commands.exec; print('grpc' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
