@@ -657,6 +657,16 @@ _FRAMEWORK_PARSERS: tuple[Callable[[str], ParsedLine | None], ...] = (
 
 
 def _parse_body(line: str) -> ParsedLine | None:
+    try:
+        return _parse_known(line)
+    except ValueError:
+        # A line shaped like a framework's progress line whose number does not parse (a
+        # corrupted byte: `iter 50: loss 6\ufffd\ufffd871, …`, found by tests/fuzz): not a line
+        # we know. It is still kept as the job's output; only no progress is read from it.
+        return None
+
+
+def _parse_known(line: str) -> ParsedLine | None:
     if line.startswith(_PY_TB_START) or (
         line.startswith("Exception raised from") and _CPP_TB_START.match(line)
     ):
