@@ -18,7 +18,7 @@
 # FORMAT=pyinstaller builds instead a PyInstaller one-file executable, dist/proof-agent, that
 # carries Python itself: nothing but the NVIDIA driver is needed on the node (the Helm chart's
 # image and nodes without Python 3.11). It unpacks into $TMPDIR at each start (~1 s) and finds
-# the node's bcc (python3-bpfcc) at run time (packaging/pyinstaller_entry.py). Build it on the
+# the node's bcc (python3-bpfcc) at run time (agent/__main__.py). Build it on the
 # oldest glibc the nodes run (it needs at least the build machine's).
 #   FORMAT=pyinstaller bash packaging/build-agent.sh          # from this interpreter's packages
 set -euo pipefail
@@ -57,7 +57,7 @@ PY
     --name "$(basename "$OUT")" --distpath "$(dirname "$OUT")" \
     --workpath "$work/build" --specpath "$work" --paths "$PWD" \
     "${hidden[@]}" --hidden-import pynvml --hidden-import prometheus_client \
-    --exclude-module pytest --exclude-module agent.tests "${excludes[@]}" packaging/pyinstaller_entry.py
+    --exclude-module pytest --exclude-module agent.tests "${excludes[@]}" agent/__main__.py
   contents="$("$PYTHON" -m PyInstaller.utils.cliutils.archive_viewer --recursive --brief "$OUT")"
   for forbidden in django celery psycopg; do
     if grep -qE "(^|[^A-Za-z0-9_])$forbidden([./]|\$)" <<<"$contents"; then

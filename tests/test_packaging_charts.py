@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 import sys
-import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +14,6 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from agent.config import parse_config, schema
 from proof_web.cli import SUBCOMMANDS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -69,6 +68,8 @@ def test_dashboard_panels_link_to_proof_and_query_exported_metrics() -> None:
 # --- the agent's Helm chart, rendered without helm and checked against the Kubernetes schema --
 
 CHART = ROOT / "packaging" / "helm" / "proof-agent"
+# The agent's own command, installed next to this interpreter (pip install -e '.[dev]').
+PROOF_AGENT = Path(sys.executable).parent / "proof-agent"
 K8S_VERSION = "1.37.0"  # the newest schema kubernetes-validate vendors (the [dev] extra pins it)
 VALUE_SETS: dict[str, dict[str, Any]] = {
     "defaults": {},
@@ -87,7 +88,7 @@ def _daemonset(objects: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("name", list(VALUE_SETS))
-def test_agent_chart_renders_to_valid_kubernetes_objects(name: str) -> None:
+def test_agent_chart_renders_to_valid_kubernetes_objects(name: str, tmp_path: Path) -> None:
     objects = _render(VALUE_SETS[name])
     kinds = sorted(o["kind"] for o in objects)
     assert {"ConfigMap", "DaemonSet", "ServiceAccount"} <= set(kinds)
@@ -96,17 +97,29 @@ def test_agent_chart_renders_to_valid_kubernetes_objects(name: str) -> None:
             kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
         except kubernetes_validate.ValidationError as exc:
             pytest.fail(f"{name}: {obj['kind']} {obj['metadata']['name']}: {exc.message}")
-    # The agent config the chart writes is one the agent accepts.
+    # The agent config and PROOF_AGENT_* environment the chart gives the agent are ones it
+    # accepts: `proof-agent doctor` (run as an operator would; the agent is not imported
+    # here) exits 2 on an unknown key, value or variable.
     [cm] = [o for o in objects if o["kind"] == "ConfigMap"]
-    cfg = parse_config(tomllib.loads(cm["data"]["proof-agent.toml"]), env={})
-    assert cfg.paths.proc_root == "/host/proc"
-    assert cfg.ebpf.enabled is VALUE_SETS[name].get("ebpf", {}).get("enabled", True)
-    # Every PROOF_AGENT_* variable the DaemonSet sets is an option the agent has.
     [container] = _daemonset(objects)["spec"]["template"]["spec"]["containers"]
-    options = {f"PROOF_AGENT_{s}_{k}".upper() for s, keys in schema().items() for k in keys}
-    for env in container["env"]:
-        if env["name"].startswith("PROOF_AGENT_"):
-            assert env["name"] in options, env["name"]
+    config = tmp_path / "proof-agent.toml"
+    config.write_text(cm["data"]["proof-agent.toml"])
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    for var in container["env"]:
+        if var["name"].startswith("PROOF_AGENT_"):
+            env[var["name"]] = var["value"].replace("$(NODE_NAME)", "gpu-node-1")
+    doctor = subprocess.run(
+        [str(PROOF_AGENT), "doctor", "--json", "--config", str(config), "--timeout", "1"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    assert doctor.returncode == 0, f"{name}: {doctor.stderr}"
+    checks = {c["source"]: c["status"] for c in json.loads(doctor.stdout)["checks"]}
+    ebpf = VALUE_SETS[name].get("ebpf", {}).get("enabled", True)
+    assert (checks["eBPF uprobes"] == "off") is not ebpf, name
 
 
 def test_privileged_only_with_ebpf_and_host_paths_justified() -> None:
