@@ -81,10 +81,19 @@ class Investigation:
     cited: list[str] = field(default_factory=list)
     error: str | None = None
     mode: str = "prose"
+    offered: list[str] = field(default_factory=list)  # slots: the ids offered, in order
 
     @property
     def first_try_valid(self) -> bool:
         return bool(self.attempts) and not self.attempts[0].complaints
+
+    @property
+    def positional(self) -> bool | None:
+        """Slots: the model's evidence picks are simply the first ones offered, in order (what a
+        fixed rule would have picked); None in prose mode or when nothing was validated."""
+        if self.mode != MODE_SLOTS or not self.validated:
+            return None
+        return self.cited == self.offered[: len(self.cited)]
 
     @property
     def cpu_s(self) -> float:
@@ -312,6 +321,7 @@ def investigate(
     )
     lead = slots.lead_ids(offered)
     inv.mode = MODE_SLOTS if lead else MODE_PROSE  # nothing to choose from: prose
+    inv.offered = list(offered) if inv.mode == MODE_SLOTS else []
     chooser = _chooser(writer) if inv.mode == MODE_SLOTS else None
     texts = {f.id: f.text for s in steps for f in s.findings}
     texts.update(

@@ -54,6 +54,7 @@ class ExplainScore:
     prompt: list[int] = field(default_factory=list)
     completion: list[int] = field(default_factory=list)
     cpu: list[float] = field(default_factory=list)
+    positional: list[bool] = field(default_factory=list)
 
     def add(self, verdict: dict[str, Any], inv: Investigation) -> None:
         self.n += 1
@@ -65,6 +66,8 @@ class ExplainScore:
         self.prompt.append(inv.tokens["prompt"])
         self.completion.append(inv.tokens["completion"])
         self.cpu.append(inv.cpu_s)
+        if inv.positional is not None:
+            self.positional.append(inv.positional)
         clearance = {c["check"]: c["result"] for c in verdict.get("cleared") or []}
         for r in inv.ruled_out:
             covered = clearance.get(CLEARANCE_OF.get(str(r.get("check")), ""))
@@ -110,6 +113,7 @@ def format_scores(scores: dict[str, ExplainScore]) -> str:
         total.prompt += s.prompt
         total.completion += s.completion
         total.cpu += s.cpu
+        total.positional += s.positional
     for fam, s in [*sorted(scores.items()), ("all", total)]:
         if not s.n:
             continue
@@ -119,6 +123,11 @@ def format_scores(scores: dict[str, ExplainScore]) -> str:
             f"{fam:<22} {_share(s.first_try, s.n)} {_share(s.validated, s.n)} "
             f"{_share(s.fallback, s.n)} {ruled:>7} {p50:6.1f} {p95:6.1f} "
             f"{np.mean(s.cpu):6.1f} {np.mean(s.prompt):6.0f} {np.mean(s.completion):5.0f}  {s.n}"
+        )
+    if total.positional:
+        rows.append(
+            f"slots: the model's evidence picks were the first ones offered, in order, on "
+            f"{sum(total.positional)} of {len(total.positional)} validated verdicts"
         )
     return "\n".join(rows)
 

@@ -61,6 +61,8 @@ def test_eval_explain_prints_the_per_family_scores(
     assert int(checked) >= 1 and matching == checked  # ruled out only what the clearance clears
     assert (prompt, compl) == ("600", "40")  # the server's usage, one attempt
     assert "load average (1 min)" in printed.out and "slow_rank" in printed.err
+    # the server picks the first lead and the second id offered: the first two, in order
+    assert "evidence picks were the first ones offered, in order, on 1 of 1" in printed.out
     (line,) = out.read_text().splitlines()
     record = json.loads(line)
     assert record["investigation"]["mode"] == "slots" and record["investigation"]["validated"]
