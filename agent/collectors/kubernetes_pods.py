@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import logging
 import ssl
+import time
 import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -246,9 +247,22 @@ class PodDirectory:
     refreshed at most every `refresh_s`. A source that fails is logged once (until it works
     again) and the next is tried; with none answering the last answer is kept."""
 
-    def __init__(self, sources: list[PodSource], *, refresh_s: float = 10.0) -> None:
+    def __init__(
+        self,
+        sources: list[PodSource],
+        *,
+        refresh_s: float = 10.0,
+        min_forced_s: float = 2.0,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.sources = sources
         self.refresh_s = refresh_s
+        # A forced refresh (a process in a pod not listed yet) asks the API server at most this
+        # often, however many new processes appear at once.
+        self.min_forced_s = min_forced_s
+        self.monotonic = monotonic
+        self._forced_at: float | None = None
+        self.reads = 0  # source reads, for tests and doctor
         self._by_uid: dict[str, PodInfo] = {}
         self._by_name: dict[tuple[str, str], PodInfo] = {}
         self._refreshed: float | None = None
@@ -256,10 +270,16 @@ class PodDirectory:
         self.source_used: str | None = None
 
     def refresh(self, now: float, *, force: bool = False) -> None:
-        if not force and self._refreshed is not None and now - self._refreshed < self.refresh_s:
+        if force:
+            mono = self.monotonic()
+            if self._forced_at is not None and mono - self._forced_at < self.min_forced_s:
+                return
+            self._forced_at = mono
+        elif self._refreshed is not None and now - self._refreshed < self.refresh_s:
             return
         self._refreshed = now
         for source in self.sources:
+            self.reads += 1
             try:
                 pods = source.pods()
             except (OSError, ValueError) as exc:

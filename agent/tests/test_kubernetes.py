@@ -446,3 +446,19 @@ def test_importing_the_collectors_loads_no_grpc() -> None:
     code = "import sys, agent.commands.exec; print('grpc' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_unknown_pods_force_a_pod_list_read_at_most_every_two_seconds(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    clock = [100.0]
+    directory = PodDirectory([PodLogDirSource(logs)], monotonic=lambda: clock[0])
+    collector = KubernetesCollector(socket_path=tmp_path / "none.sock", pods=directory)
+    for _ in range(50):  # fifty new processes of a pod nobody lists yet
+        assert collector.lookup(UID_B) is None
+    assert directory.reads == 1
+    (logs / f"ml_new-pod_{UID_B}").mkdir()
+    clock[0] += 2.5
+    found = collector.lookup(UID_B)
+    assert found is not None and found.job == "k8s-ml-pod-new-pod-9e2d6f1b"
+    assert directory.reads == 2
