@@ -1,4 +1,4 @@
-"""DCGM profiling fields through DCGM's own Python bindings (pydcgm), when they are installed.
+"""DCGM fields through DCGM's own Python bindings (pydcgm), when they are installed.
 
 NVML cannot see inside the SMs; DCGM's profiling ("DCP") fields can: graphics engine active,
 SM active/occupancy, tensor pipes, DRAM, PCIe/NVLink bytes. The bindings ship with DCGM, not
@@ -12,6 +12,15 @@ opMode=…)`, `pydcgm.DcgmGroup(handle, groupId=dcgm_structs.DCGM_GROUP_ALL_GPUS
 `pydcgm.DcgmFieldGroup(handle, name=…, fieldIds=[…])`, `group.samples.WatchFields(fieldGroup,
 updateFreq_us, maxKeepAge_s, maxKeepSamples)`, `group.samples.GetLatest(fieldGroup).values`
 → `{gpuId: {fieldId: series}}` where `series[-1]` has `.value`, `.isBlank`, `.ts` (µs).
+
+What is watched: the fields of contract.dcgm_fields (docs/dcgm-fields.md: dcgm-exporter's
+default and DCP sets plus the device fields issue 17 names, per-link NVLink included), less
+those the NVML collector already reads (`nvml.NVML_SIGNALS`) unless `fields` says otherwise. They
+go in field groups of at most 128 ids (DCGM_MAX_FIELD_IDS_PER_FIELD_GROUP): the FAST ones
+watched and read every interval, the SLOW ones (cumulative counters, per-link fields) watched
+every SLOW_EVERY_S and read that often. A value DCGM answers NOT_SUPPORTED or NOT_PERMISSIONED
+(the blank sentinels of dcgmvalue.py) marks that field unsupported on that GPU: logged once,
+never emitted again, listed by `unsupported_fields()` (what `proof-agent doctor` prints).
 
 The other DCGM source — scraping an existing dcgm-exporter — is `dcgm_exporter.py`.
 """
@@ -28,7 +37,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from contract import signals
+from agent.collectors.nvml import NVML_SIGNALS
+from contract import dcgm_fields, signals
+from contract.dcgm_fields import DcgmField
 
 log = logging.getLogger(__name__)
 
@@ -36,18 +47,29 @@ DEFAULT_BINDINGS_PATHS: tuple[str, ...] = (
     "/usr/local/dcgm/bindings/python3",
     "/usr/share/datacenter-gpu-manager-4/bindings/python3",
 )
-# DCGM field ids (dcgm_fields.py) → docs/design.md §4 names.
+# The profiling (DCP) fields: DCGM field id -> docs/design.md §4 name (what NVML cannot read).
 PROFILING_FIELDS: dict[int, str] = {
-    1001: signals.DCGM_FI_PROF_GR_ENGINE_ACTIVE,
-    1002: signals.DCGM_FI_PROF_SM_ACTIVE,
-    1003: signals.DCGM_FI_PROF_SM_OCCUPANCY,
-    1004: signals.DCGM_FI_PROF_PIPE_TENSOR_ACTIVE,
-    1005: signals.DCGM_FI_PROF_DRAM_ACTIVE,
-    1009: signals.DCGM_FI_PROF_PCIE_TX_BYTES,
-    1010: signals.DCGM_FI_PROF_PCIE_RX_BYTES,
-    1011: signals.DCGM_FI_PROF_NVLINK_TX_BYTES,
-    1012: signals.DCGM_FI_PROF_NVLINK_RX_BYTES,
+    f.id: f.name for f in dcgm_fields.FIELDS if f.name.startswith(signals.DCGM_PROF_PREFIX)
 }
+# What the collector watches by default: every table field NVML does not already read.
+DEFAULT_FIELDS: tuple[DcgmField, ...] = tuple(
+    f for f in dcgm_fields.FIELDS if f.name not in NVML_SIGNALS
+)
+MAX_FIELDS_PER_GROUP = 128  # DCGM_MAX_FIELD_IDS_PER_FIELD_GROUP (dcgm_structs.h)
+# dcgmvalue.py: blank sentinels meaning "this GPU cannot report this field" (NOT_SUPPORTED,
+# NOT_PERMISSIONED), as int32, int64 and fp64; the other blanks (BLANK, NOT_FOUND) are "no value
+# yet" and are only skipped.
+_INT32_BLANK, _INT64_BLANK, _FP64_BLANK = 0x7FFFFFF0, 0x7FFFFFFFFFFFFFF0, 140737488355328.0
+UNSUPPORTED_VALUES: frozenset[float] = frozenset(
+    {
+        _INT32_BLANK + 2,
+        _INT32_BLANK + 3,
+        _INT64_BLANK + 2,
+        _INT64_BLANK + 3,
+        _FP64_BLANK + 2.0,
+        _FP64_BLANK + 3.0,
+    }
+)
 UPDATE_FREQ_US = 1_000_000  # 1 s, the agent's interval
 MAX_KEEP_AGE_S = 30.0
 Record = dict[str, Any]
@@ -101,6 +123,9 @@ class DcgmCollector:
         loader: Callable[[Sequence[str | Path]], Bindings] = load_bindings,
         gpu_uuid: Callable[[int], str | None] | None = None,
         retry_after_s: float = 60.0,
+        fields: Sequence[DcgmField] = DEFAULT_FIELDS,
+        slow_every_s: float = dcgm_fields.SLOW_EVERY_S,
+        slow_resend_s: float = 60.0,
     ) -> None:
         self.node = node or socket.gethostname()
         self.host = host
@@ -113,7 +138,20 @@ class DcgmCollector:
         self.unavailable_reason: str | None = None
         self._handle: Any = None
         self._group: Any = None
-        self._field_group: Any = None
+        self.fields = tuple(fields)
+        self.slow_every_s = slow_every_s
+        self._names = {f.id: f.name for f in self.fields}
+        # (rate, field group, its ids) in watch order; FAST ones read every collect, SLOW
+        # every slow_every_s
+        self._field_groups: list[tuple[str, Any, frozenset[int]]] = []
+        self._next_slow: float | None = None
+        # SLOW fields are sent when they change, else every slow_resend_s (most are error
+        # counters that stay 0 for weeks): (gpu, field) -> (value, when last sent)
+        self.slow_resend_s = slow_resend_s
+        self._slow_ids = frozenset(f.id for f in self.fields if f.rate == dcgm_fields.SLOW)
+        self._sent: dict[tuple[int, int], tuple[float, float]] = {}
+        self._unsupported: dict[int, set[int]] = {}  # gpu id -> field ids NOT_SUPPORTED there
+        self._identity: dict[int, Record] = {}
         self._uuids: dict[int, str | None] = {}
         self._read_error_reported = False
         self._retryable = False
@@ -136,18 +174,14 @@ class DcgmCollector:
                     ipAddress=self.host, opMode=structs.DCGM_OPERATION_MODE_AUTO
                 )
             self._group = b.pydcgm.DcgmGroup(self._handle, groupId=structs.DCGM_GROUP_ALL_GPUS)
-            self._field_group = b.pydcgm.DcgmFieldGroup(
-                self._handle,
-                name=f"proof-agent-{os.getpid()}",
-                fieldIds=list(PROFILING_FIELDS),
-            )
-            self._group.samples.WatchFields(self._field_group, UPDATE_FREQ_US, MAX_KEEP_AGE_S, 0)
+            self._watch(b)
         except DcgmUnavailable as exc:
             return self._unavailable(str(exc), retry=False)
         except Exception as exc:
             # The bindings are there but the host engine did not answer (not started yet,
             # restarting): worth asking again later, unlike missing bindings.
-            self._handle = self._group = self._field_group = None
+            self._delete_field_groups()
+            self._handle = self._group = None
             return self._unavailable(_explain(exc, self.host), retry=True)
         self.available = True
         self.unavailable_reason = None
@@ -161,15 +195,52 @@ class DcgmCollector:
         self.unavailable_reason = reason
         return False
 
-    def close(self) -> None:
-        for obj, method in ((self._field_group, "Delete"), (self._handle, "Shutdown")):
-            if obj is not None and hasattr(obj, method):
+    def _watch(self, b: Bindings) -> None:
+        """Field groups of at most MAX_FIELDS_PER_GROUP ids per rate, each watched at its rate."""
+        for rate, every_us, keep_s in (
+            (dcgm_fields.FAST, UPDATE_FREQ_US, MAX_KEEP_AGE_S),
+            (dcgm_fields.SLOW, int(self.slow_every_s * 1e6), 3 * self.slow_every_s),
+        ):
+            ids = [f.id for f in self.fields if f.rate == rate]
+            for n, chunk in enumerate(range(0, len(ids), MAX_FIELDS_PER_GROUP)):
+                group = b.pydcgm.DcgmFieldGroup(
+                    self._handle,
+                    name=f"proof-agent-{os.getpid()}-{rate}-{n}",
+                    fieldIds=ids[chunk : chunk + MAX_FIELDS_PER_GROUP],
+                )
+                self._field_groups.append(
+                    (rate, group, frozenset(ids[chunk : chunk + MAX_FIELDS_PER_GROUP]))
+                )
+                self._group.samples.WatchFields(group, every_us, keep_s, 0)
+
+    def _delete_field_groups(self) -> None:
+        for _rate, group, _ids in self._field_groups:
+            if hasattr(group, "Delete"):
                 try:
-                    getattr(obj, method)()
+                    group.Delete()
                 except Exception:
-                    log.debug("DCGM %s failed during close", method, exc_info=True)
-        self._handle = self._group = self._field_group = None
+                    log.debug("DCGM field group Delete failed during close", exc_info=True)
+        self._field_groups = []
+
+    def close(self) -> None:
+        self._delete_field_groups()
+        if self._handle is not None and hasattr(self._handle, "Shutdown"):
+            try:
+                self._handle.Shutdown()
+            except Exception:
+                log.debug("DCGM Shutdown failed during close", exc_info=True)
+        self._handle = self._group = None
+        self._next_slow = None
         self.available = None
+
+    def unsupported_fields(self) -> dict[int, list[str]]:
+        """GPU id -> names of the fields DCGM answered NOT_SUPPORTED (or NOT_PERMISSIONED) for
+        on that GPU, in table order: skipped from then on."""
+        order = {f.id: i for i, f in enumerate(self.fields)}
+        return {
+            gpu: [self._names[i] for i in sorted(ids, key=order.__getitem__)]
+            for gpu, ids in sorted(self._unsupported.items())
+        }
 
     def collect(self, now: float) -> list[Record]:
         if self.available is False and self._retryable and now >= (self._retry_at or 0.0):
@@ -179,9 +250,16 @@ class DcgmCollector:
             if attempted and self._retryable:
                 self._retry_at = now + self.retry_after_s
             return []
+        slow = self._next_slow is None or now >= self._next_slow
+        if slow:
+            self._next_slow = now + self.slow_every_s
+        out: list[Record] = []
         try:
-            latest = self._group.samples.GetLatest(self._field_group)
-            per_gpu = latest.values
+            for rate, group, ids in self._field_groups:
+                if rate == dcgm_fields.SLOW and not slow:
+                    continue
+                values = self._group.samples.GetLatest(group).values
+                out += self.records_from_values(values, now, ids)
         except Exception as exc:
             if self._read_error_reported:
                 return []
@@ -198,30 +276,61 @@ class DcgmCollector:
                 }
             ]
         self._read_error_reported = False
-        return self.records_from_values(per_gpu, now)
+        return out
 
-    def records_from_values(self, per_gpu: dict[int, dict[int, Any]], now: float) -> list[Record]:
-        """`{gpuId: {fieldId: series}}` → samples, skipping blank values and unknown fields."""
+    def records_from_values(
+        self,
+        per_gpu: dict[int, dict[int, Any]],
+        now: float,
+        only: frozenset[int] | None = None,
+    ) -> list[Record]:
+        """`{gpuId: {fieldId: series}}` → samples, skipping blank values, unwatched fields and
+        (when given) fields outside `only` (the group read); a NOT_SUPPORTED value marks the
+        field unsupported on that GPU (see module doc)."""
         out: list[Record] = []
+        names = self._names
         for gpu_id in sorted(per_gpu):
             fields = per_gpu[gpu_id]
-            identity: Record = {"node": self.node, "gpu_index": int(gpu_id)}
-            uuid = self._uuid_of(int(gpu_id))
-            if uuid:
-                identity["gpu"] = uuid
+            identity = self._identity.get(gpu_id)
+            if identity is None:
+                identity = {"node": self.node, "gpu_index": int(gpu_id)}
+                uuid = self._uuid_of(int(gpu_id))
+                if uuid:
+                    identity["gpu"] = uuid
+                self._identity[gpu_id] = identity
+            unsupported = self._unsupported.get(gpu_id)
             for field_id, series in fields.items():
-                name = PROFILING_FIELDS.get(int(field_id))
-                if name is None or len(series) == 0:
+                name = names.get(int(field_id))
+                if name is None or len(series) == 0 or (only is not None and field_id not in only):
+                    continue
+                if unsupported is not None and field_id in unsupported:
                     continue
                 latest = series[-1]
-                if getattr(latest, "isBlank", False) or latest.value is None:
+                value = latest.value
+                if getattr(latest, "isBlank", False) or value is None:
+                    if isinstance(value, int | float) and value in UNSUPPORTED_VALUES:
+                        unsupported = self._mark_unsupported(gpu_id, int(field_id))
                     continue
                 try:
-                    value = float(latest.value)
+                    value = float(value)
                 except (TypeError, ValueError):
                     continue
+                if field_id in self._slow_ids:
+                    key = (gpu_id, field_id)
+                    sent = self._sent.get(key)
+                    if sent is not None and sent[0] == value and now - sent[1] < self.slow_resend_s:
+                        continue
+                    self._sent[key] = (value, now)
                 out.append({"type": "sample", "ts": now, "name": name, "value": value, **identity})
         return out
+
+    def _mark_unsupported(self, gpu_id: int, field_id: int) -> set[int]:
+        ids = self._unsupported.setdefault(gpu_id, set())
+        if not ids:
+            log.info("DCGM: GPU %s does not support some fields; skipped from now on", gpu_id)
+        ids.add(field_id)
+        log.debug("DCGM: GPU %s: %s not supported", gpu_id, self._names[field_id])
+        return ids
 
     def _uuid_of(self, gpu_id: int) -> str | None:
         if gpu_id not in self._uuids:

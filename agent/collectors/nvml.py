@@ -36,6 +36,35 @@ MAX_EVENTS_PER_COLLECT = 256
 
 Record = dict[str, Any]
 
+# The DCGM names this collector emits (per-link NVLink CRC included): the DCGM collector leaves
+# them out by default, so a node running both reports each quantity once.
+_NVLINK_CRC_LINK = "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_L{}"
+NVML_SIGNALS: frozenset[str] = frozenset(
+    {
+        signals.DCGM_FI_DEV_GPU_UTIL,
+        signals.DCGM_FI_DEV_FB_USED,
+        signals.DCGM_FI_DEV_FB_FREE,
+        signals.DCGM_FI_DEV_POWER_USAGE,
+        signals.DCGM_FI_DEV_GPU_TEMP,
+        signals.DCGM_FI_DEV_MEMORY_TEMP,
+        signals.DCGM_FI_DEV_SM_CLOCK,
+        signals.DCGM_FI_DEV_CLOCK_THROTTLE_REASONS,
+        signals.DCGM_FI_DEV_PCIE_LINK_GEN,
+        signals.DCGM_FI_DEV_PCIE_LINK_WIDTH,
+        signals.DCGM_FI_DEV_PCIE_REPLAY_COUNTER,
+        signals.DCGM_FI_DEV_ECC_SBE_VOL_TOTAL,
+        signals.DCGM_FI_DEV_ECC_DBE_VOL_TOTAL,
+        signals.DCGM_FI_DEV_ECC_SBE_AGG_TOTAL,
+        signals.DCGM_FI_DEV_ECC_DBE_AGG_TOTAL,
+        signals.DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS,
+        signals.DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS,
+        signals.DCGM_FI_DEV_ROW_REMAP_PENDING,
+        signals.DCGM_FI_DEV_ROW_REMAP_FAILURE,
+        signals.DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL,
+        *(_NVLINK_CRC_LINK.format(n) for n in range(18)),
+    }
+)
+
 
 @dataclass(frozen=True, slots=True)
 class GpuRef:
@@ -278,7 +307,12 @@ class NvmlCollector:
             emit(signals.DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS, uncorrectable)
             emit(signals.DCGM_FI_DEV_ROW_REMAP_PENDING, pending)
             emit(signals.DCGM_FI_DEV_ROW_REMAP_FAILURE, failure)
-        emit(signals.DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL, self._nvlink_crc(gpu, now, out))
+        per_link: list[tuple[int, int]] = []
+        crc_total = self._nvlink_crc(gpu, now, out, per_link)
+        emit(signals.DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL, crc_total)
+        if len(per_link) > 1:  # per link only where there is more than the total to say
+            for link, value in per_link:
+                emit(_NVLINK_CRC_LINK.format(link), value)
         if self.collect_processes and not gpu.lost:
             procs = self._read(
                 gpu, now, out, "processes", nv.nvmlDeviceGetComputeRunningProcesses, h
@@ -367,7 +401,11 @@ class NvmlCollector:
         )
         return None if value is None else int(value)
 
-    def _nvlink_crc(self, gpu: _Gpu, now: float, out: list[Record]) -> int | None:
+    def _nvlink_crc(
+        self, gpu: _Gpu, now: float, out: list[Record], per_link: list[tuple[int, int]]
+    ) -> int | None:
+        """The CRC flit errors summed over the GPU's active links; each link's count is
+        appended to `per_link`."""
         nv = self.nvml
         if gpu.nvlinks is None:
             gpu.nvlinks = []
@@ -400,6 +438,7 @@ class NvmlCollector:
                 return None
             if value is not None:
                 total += int(value)
+                per_link.append((link, int(value)))
                 read_any = True
         return total if read_any else None
 

@@ -19,6 +19,7 @@ import shutil
 import socket
 import ssl
 import sys
+import time
 import urllib.error
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -26,7 +27,7 @@ from pathlib import Path
 
 from agent.collectors import kubernetes_collector
 from agent.collectors._common import open_http
-from agent.collectors.dcgm import DEFAULT_BINDINGS_PATHS, DcgmCollector
+from agent.collectors.dcgm import DEFAULT_BINDINGS_PATHS, Bindings, DcgmCollector
 from agent.collectors.kubernetes import PodResourcesClient, socket_readable
 from agent.collectors.nvml import NvmlCollector
 from agent.config import AgentConfig, ConfigError, load_config
@@ -72,18 +73,39 @@ def check_nvml(cfg: AgentConfig) -> Check:
     return Check("NVML", OK, detail)
 
 
-def check_dcgm_bindings(cfg: AgentConfig) -> Check:
+def check_dcgm_bindings(
+    cfg: AgentConfig, *, bindings: Bindings | None = None, settle_s: float = 1.5
+) -> Check:
+    """Connect, watch the field table, read twice `settle_s` apart (the host engine samples
+    a newly watched field within one update interval) and list the fields each GPU answered
+    NOT_SUPPORTED: those the agent skips there."""
     if cfg.dcgm.mode != "bindings":
         return Check("DCGM bindings", OFF, f"[dcgm] mode = {cfg.dcgm.mode!r}")
     paths = [
         cfg.dcgm.bindings_path,
         *(p for p in DEFAULT_BINDINGS_PATHS if p != cfg.dcgm.bindings_path),
     ]
-    col = DcgmCollector(node=cfg.agent.node or None, host=cfg.dcgm.host, bindings_paths=paths)
+    col = DcgmCollector(
+        node=cfg.agent.node or None, host=cfg.dcgm.host, bindings_paths=paths, bindings=bindings
+    )
     if not col.start():
         return Check("DCGM bindings", UNAVAILABLE, col.unavailable_reason or "unknown")
-    col.close()
-    return Check("DCGM bindings", OK, f"profiling fields watched via {cfg.dcgm.host}")
+    try:
+        read = len(col.collect(time.time()))
+        if settle_s > 0:
+            time.sleep(settle_s)
+        read = max(read, len(col.collect(time.time() + col.slow_every_s)))
+        unsupported = col.unsupported_fields()
+    finally:
+        col.close()
+    detail = f"{len(col.fields)} fields watched via {cfg.dcgm.host}, {read} values read"
+    if unsupported:
+        per_gpu = "; ".join(
+            f"GPU {gpu}: {len(names)} not supported, skipped ({', '.join(names)})"
+            for gpu, names in unsupported.items()
+        )
+        detail += f"; {per_gpu}"
+    return Check("DCGM bindings", OK, detail)
 
 
 def check_dcgm_exporter(cfg: AgentConfig, timeout: float) -> Check:

@@ -3,7 +3,8 @@
 What runs in the measured process, on the wall clock, at 1 Hz for `duration_s`:
 
 - the simulated node's sources (agent.runtime.sim_backend, 8 GPUs, a healthy training job):
-  NVML/DCGM device and profiling fields per GPU, per-pid eBPF cuda/nccl series with op labels,
+  NVML device fields per GPU, the whole DCGM field table (contract.dcgm_fields, per-link
+  NVLink included) read by the real DcgmCollector from a simulated host engine, per-pid eBPF cuda/nccl series with op labels,
   the process table and scheduler, node counters. The simulation is computed before the
   clock starts (on a real node that work is the hardware's);
 - the real file collectors on fixture roots: InfiniBand sysfs counters (the ttar fixture),
@@ -21,6 +22,9 @@ peak RSS of the measured process.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import gc
 import multiprocessing
 import shutil
 import tempfile
@@ -42,8 +46,8 @@ from agent.ebpf.node import build_collectors
 from agent.ebpf.probe_target import BuildError, Built, Driver, build
 from agent.runtime.base import AcceleratedClock
 from agent.runtime.loop import Agent
-from agent.runtime.memory import peak_rss_mib
-from agent.runtime.sim_backend import SimBackend
+from agent.runtime.memory import peak_rss_mib, rss_mib
+from agent.runtime.sim_node import SimNodeProcess
 from agent.spool import Spool
 from agent.transport.sink import GrpcSink
 from contract.wire import ingest_pb2, ingest_pb2_grpc
@@ -71,6 +75,9 @@ class NodeBench:
     notes: list[str] = field(default_factory=list)
     collector_cpu_s: dict[str, float] = field(default_factory=dict)
     loop_cpu_s: float = 0.0  # the agent loop's thread: collectors, join, sort, encode, cut
+    rss_start_mib: float = 0.0  # resident memory when the clock started
+    rss_end_mib: float = 0.0  # resident memory when the run ended (flat RSS: end ~ start)
+    dcgm_unsupported: int = 0  # (GPU, field) pairs the simulated DCGM answered NOT_SUPPORTED
 
     def breakdown(self) -> str:
         parts = sorted(self.collector_cpu_s.items(), key=lambda kv: -kv[1])
@@ -96,7 +103,10 @@ class NodeBench:
             f"{self.samples_acked} samples; spool pending at the end: {self.spool_pending}",
             f"CPU: {self.cpu_s:.3f} s over {self.wall_s:.1f} s = {self.cores:.4f} cores "
             "(target <= 0.02)",
-            f"peak RSS: {self.peak_rss_mib:.1f} MiB (target <= 80)",
+            f"peak RSS: {self.peak_rss_mib:.1f} MiB (target <= 64); RSS at start "
+            f"{self.rss_start_mib:.1f} MiB, at end {self.rss_end_mib:.1f} MiB",
+            f"DCGM: full contract.dcgm_fields table through the DcgmCollector; "
+            f"{self.dcgm_unsupported} (GPU, field) pairs NOT_SUPPORTED, skipped",
             self.breakdown(),
             f"(loopback ack server, separate process: {self.server_cpu_s:.2f} s CPU, not counted)",
             *self.notes,
@@ -293,6 +303,12 @@ def _append_job_log(path: Path, stop: threading.Event, every_s: float = 0.5) -> 
             i += 1
 
 
+def _malloc_trim() -> None:
+    """glibc's malloc_trim(0): free heap pages go back to the OS (no-op elsewhere)."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
 def bench_node(
     *,
     duration_s: float = 60.0,
@@ -311,22 +327,17 @@ def bench_node(
     stop_writer = threading.Event()
     ranks_proc: Any = None
     ranks_conn: Any = None
+    sim_node: SimNodeProcess | None = None
     try:
         start_ts = float(int(time.time())) + 1.0
-        backend = SimBackend.from_scenario(
-            scenario,
-            seed=seed,
-            duration_s=duration_s,
-            start_ts=start_ts,
-            nodes=1,
-            gpus_per_node=gpus,
+        # The simulated hardware (run, feed, DCGM host engine) lives in a child process, as
+        # the driver and nv-hostengine do on a node; what the agent keeps is measured here.
+        sim_node = SimNodeProcess(
+            scenario, seed=seed, duration_s=duration_s, start_ts=start_ts, gpus=gpus, ctx=ctx
         )
-        # The scenario may place a neighbour job on a second node: play only the first node,
-        # the one this agent would run on.
-        node = str(backend.trace_meta()[0]["nodes"][0])
-        backend = SimBackend(backend.run, node=node, start_ts=start_ts, duration_s=duration_s)
+        node = sim_node.node
         files, job_log = _fixture_collectors(tmp, notes)
-        collectors = [*backend.collectors(), *files]
+        collectors = [*sim_node.collectors(), *files]
         if ebpf:
             ranks_proc, ranks_conn, probes = _real_ebpf(tmp, node, gpus, ctx, notes)
             collectors += probes
@@ -341,8 +352,13 @@ def bench_node(
             threading.Thread(
                 target=_append_job_log, args=(job_log, stop_writer), daemon=True
             ).start()
+        # Set-up garbage (the fixtures' parse, the probe build, the bcc child's pipes) back to
+        # the OS before the clock starts: the agent's steady state is what is measured.
+        gc.collect()
+        _malloc_trim()
+        rss_start = rss_mib()
         wall0, cpu0, loop0 = time.monotonic(), time.process_time(), time.thread_time()
-        stats = agent.run(until=backend.end_ts)
+        stats = agent.run(until=sim_node.end_ts)
         loop_cpu = time.thread_time() - loop0
         sender.flush(timeout=10)
         wall, cpu = time.monotonic() - wall0, time.process_time() - cpu0
@@ -362,6 +378,9 @@ def bench_node(
             notes=notes,
             collector_cpu_s={t.name: t.cpu_s for t in timed},
             loop_cpu_s=loop_cpu,
+            rss_start_mib=rss_start,
+            rss_end_mib=rss_mib(),
+            dcgm_unsupported=sum(len(v) for v in sim_node.dcgm.unsupported_fields().values()),
         )
         parent.send("stop")
         got = parent.recv()
@@ -372,6 +391,8 @@ def bench_node(
         return result
     finally:
         stop_writer.set()
+        if sim_node is not None:
+            sim_node.close()
         if ranks_proc is not None:
             ranks_conn.send("stop")
             ranks_proc.join(timeout=10)

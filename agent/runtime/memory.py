@@ -26,3 +26,17 @@ def peak_rss_mib(status_path: Path = PROC_SELF_STATUS) -> float:
             if len(fields) >= 2 and fields[1].isdigit():
                 return int(fields[1]) / 1024  # kB
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def rss_mib(status_path: Path = PROC_SELF_STATUS) -> float:
+    """Current RSS of this process in MiB (VmRSS); 0.0 where /proc cannot be read."""
+    try:
+        text = status_path.read_text()
+    except OSError:
+        return 0.0
+    for line in text.splitlines():
+        if line.startswith("VmRSS:"):
+            fields = line.split()
+            if len(fields) >= 2 and fields[1].isdigit():
+                return int(fields[1]) / 1024  # kB
+    return 0.0

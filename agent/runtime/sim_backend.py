@@ -10,6 +10,11 @@ before release (`strip_identity=True`): an eBPF or log record knows only its pid
 rank, local rank and GPU are removed when the process table already says the same, and a GPU
 reading loses the job/rank of the single process on that GPU. The join must put them back;
 records whose identity the join could not restore are left as the simulator wrote them.
+
+`dcgm_fields=True` replaces the recorded DCGM profiling samples with the real `DcgmCollector`
+reading a simulated host engine (agent.collectors.dcgm_sim) built from the node's simulated
+hardware arrays: the whole contract.dcgm_fields table (docs/dcgm-fields.md), per-link NVLink,
+field groups and the NOT_SUPPORTED skip path included, in the shape a GPU node produces.
 """
 
 from __future__ import annotations
@@ -17,7 +22,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Protocol
 
+import numpy as np
+
 import simulator
+from agent.collectors.dcgm import DcgmCollector
+from agent.collectors.dcgm_sim import SimulatedDcgm
 from agent.runtime.base import Record
 from contract import signals
 from contract.names import prefixed
@@ -29,6 +38,8 @@ from contract.trace.records import (
     TYPE_PROCESS,
     TYPE_SAMPLE,
 )
+from simulator.dcgm_fields import SimDcgmGpu
+from simulator.hardware import H100_SXM, spec_named
 
 # One per collector the real agent has, declared in the order the agent polls them: SOURCES is
 # collected from these lines.
@@ -205,6 +216,55 @@ class SimCollector:
         return self.feed.take(self.name)
 
 
+class SimDcgmSource:
+    """The `sim.dcgm` source played by the real DcgmCollector on a simulated host engine: the
+    recorded profiling samples are drained and dropped (the collector reads the same
+    quantities), the engine's clock follows the agent's."""
+
+    def __init__(self, feed: SimFeed, run: SimRunLike, node: str) -> None:
+        self.feed = feed
+        self.name = SOURCE_DCGM
+        ts = getattr(run, "ts", None)
+        self._ts = np.asarray(ts if ts is not None else [], dtype=float)
+        model = run.meta.get("gpu_model")
+        try:
+            spec = spec_named(str(model)) if model else H100_SXM
+        except KeyError:
+            spec = H100_SXM
+        series = getattr(run, "series", None)
+        per_gpu: dict[int, dict[str, Any]] = {}
+        uuids: dict[int, str] = {}
+        for name in signals.GPU_SIGNALS:
+            for ident, values in series(name, node=node) if series is not None else ():
+                index = ident.get(signals.GPU_INDEX)
+                if index is None:
+                    continue
+                per_gpu.setdefault(int(index), {})[name] = values
+                if ident.get(signals.GPU):
+                    uuids[int(index)] = str(ident[signals.GPU])
+        indices = sorted(per_gpu)
+        gpus = [SimDcgmGpu(i, per_gpu[i], spec) for i in indices]
+        self.engine = SimulatedDcgm(gpus, [uuids.get(i, f"GPU-sim-{i}") for i in indices])
+        self.collector = DcgmCollector(
+            node=node, bindings=self.engine.bindings(), gpu_uuid=lambda i: uuids.get(i)
+        )
+
+    def set_time(self, now: float) -> None:
+        """Point the simulated host engine at the run's sample for agent time `now`."""
+        n = len(self._ts)
+        t = int(np.searchsorted(self._ts, now, side="right")) - 1 if n else 0
+        self.engine.set_time(min(t, n - 1) if n else 0)
+
+    def collect(self, now: float) -> list[Record]:
+        self.feed.release(now)
+        self.feed.take(SOURCE_DCGM)  # recorded profiling samples: the collector reads them
+        self.set_time(now)
+        return self.collector.collect(now)
+
+    def close(self) -> None:
+        self.collector.close()
+
+
 class SimBackend:
     """A simulated run as the agent's collectors.
 
@@ -220,6 +280,7 @@ class SimBackend:
         start_ts: float,
         duration_s: float,
         strip_identity: bool = True,
+        dcgm_fields: bool = False,
     ) -> None:
         self.run = run
         self.node = node
@@ -230,7 +291,14 @@ class SimBackend:
             nodes=None if node is None else (node,),
             strip_identity=strip_identity,
         )
-        self._collectors = [SimCollector(self.feed, source) for source in SOURCES]
+        self._collectors: list[SimCollector | SimDcgmSource] = [
+            SimCollector(self.feed, source) for source in SOURCES
+        ]
+        if dcgm_fields:
+            if node is None:
+                raise ValueError("dcgm_fields=True plays one node: give `node`")
+            at = SOURCES.index(SOURCE_DCGM)
+            self._collectors[at] = SimDcgmSource(self.feed, run, node)
 
     @classmethod
     def from_scenario(
@@ -261,7 +329,7 @@ class SimBackend:
     def end_ts(self) -> float:
         return self.start_ts + self.duration_s
 
-    def collectors(self) -> list[SimCollector]:
+    def collectors(self) -> list[SimCollector | SimDcgmSource]:
         return list(self._collectors)
 
     def trace_meta(self) -> tuple[dict[str, Any], Any]:

@@ -28,11 +28,15 @@ def test_collection_bench_delivers_everything_and_reports_its_cost() -> None:
     )
     result = SimpleNamespace(**json.loads(out.stdout.strip().splitlines()[-1]))
     assert result.ticks >= 3 and result.late_ticks == 0
-    # 8 GPUs' device and profiling fields, per-pid cuda/nccl, IB ports, NFS/disk, host
-    assert result.series > 450
-    assert {"sim.dcgm", "sim.nvml", "infiniband", "storage", "host", "logtail"} <= set(
+    # 8 GPUs' NVML fields and the whole DCGM table (per-link NVLink included) through the
+    # real DcgmCollector, per-pid cuda/nccl, IB ports, NFS/disk, host
+    assert result.series > 1500
+    assert {"dcgm", "sim.nvml", "infiniband", "storage", "host", "logtail"} <= set(
         result.collectors
     )
+    # an H100 has no video encoder, page retirement or vGPU license: 5 fields x 8 GPUs skipped
+    assert result.dcgm_unsupported == 40
+    assert result.rss_start_mib > 10 and result.rss_end_mib > 10
     # everything went through the spool and was acked by the server process
     assert result.spool_pending == 0
     assert result.batches_acked == result.ticks

@@ -8,9 +8,11 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import numpy as np
 import pytest
 
 from agent.collectors.dcgm import (
+    DEFAULT_FIELDS,
     PROFILING_FIELDS,
     Bindings,
     DcgmCollector,
@@ -137,7 +139,16 @@ def test_values_become_samples_with_identity() -> None:
     col = DcgmCollector(node=NODE, bindings=fake.bindings)
     records = col.collect(50.0)
     assert col.available is True
-    assert fake.watched == [(tuple(PROFILING_FIELDS), 1_000_000, 30.0, 0)]
+    # the table in field groups of <= 128 ids: FAST ones every 1 s, SLOW ones every 10 s
+    assert [(freq, age) for _ids, freq, age, _keep in fake.watched] == [
+        (1_000_000, 30.0),
+        (10_000_000, 30.0),
+        (10_000_000, 30.0),
+    ]
+    watched = [i for ids, *_ in fake.watched for i in ids]
+    assert sorted(watched) == sorted(f.id for f in DEFAULT_FIELDS)
+    assert all(len(ids) <= 128 for ids, *_ in fake.watched)
+    assert set(PROFILING_FIELDS) <= set(watched) and 150 not in watched  # NVML reads 150
     got = {(r["gpu_index"], r["name"]): r["value"] for r in records}
     assert got == {
         (0, signals.DCGM_FI_PROF_GR_ENGINE_ACTIVE): 0.97,  # latest of the series
@@ -195,3 +206,104 @@ def test_missing_bindings_are_not_retried(tmp_path: Path) -> None:
     for t in range(5):
         col.collect(float(t * 10))
     assert len(calls) == 1
+
+
+# --- the whole table: unsupported fields, slow fields, the simulated host engine --------------
+
+NOT_SUPPORTED_I64 = 0x7FFFFFFFFFFFFFF0 + 2
+BLANK_I64 = 0x7FFFFFFFFFFFFFF0
+
+
+def test_not_supported_is_skipped_once_and_listed() -> None:
+    enc, dec = 206, 207  # DCGM_FI_DEV_ENC_UTIL, DCGM_FI_DEV_DEC_UTIL
+    fake = FakeDcgm(
+        {
+            0: {
+                enc: [FieldValue(enc, NOT_SUPPORTED_I64, 1, blank=True)],
+                dec: [FieldValue(dec, 3, 1)],
+            },
+            1: {
+                enc: [FieldValue(enc, 12, 1)],
+                dec: [
+                    FieldValue(dec, BLANK_I64, 1, blank=True)
+                ],  # no sample yet: not "unsupported"
+            },
+        }
+    )
+    col = DcgmCollector(node=NODE, bindings=fake.bindings)
+    got = {(r["gpu_index"], r["name"]) for r in col.collect(1.0)}
+    assert got == {(0, "DCGM_FI_DEV_DEC_UTIL"), (1, "DCGM_FI_DEV_ENC_UTIL")}
+    assert col.unsupported_fields() == {0: ["DCGM_FI_DEV_ENC_UTIL"]}
+    # GPU 0 starts answering (it never would; the point is that it is no longer looked at)
+    fake.values[0][enc] = [FieldValue(enc, 50, 2)]
+    assert (0, "DCGM_FI_DEV_ENC_UTIL") not in {
+        (r["gpu_index"], r["name"]) for r in col.collect(2.0)
+    }
+
+
+def test_slow_fields_every_10_s_and_sent_on_change_or_each_minute() -> None:
+    energy = 156  # DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION: a counter, SLOW
+    util = 204  # DCGM_FI_DEV_MEM_COPY_UTIL: a gauge, FAST
+    fake = FakeDcgm({0: {energy: [FieldValue(energy, 1000, 1)], util: [FieldValue(util, 7, 1)]}})
+    col = DcgmCollector(node=NODE, bindings=fake.bindings)
+    sent: dict[float, set[str]] = {}
+    for t in range(0, 95):
+        if t == 30:
+            fake.values[0][energy] = [FieldValue(energy, 5000, 2)]
+        sent[float(t)] = {r["name"] for r in col.collect(float(t))}
+    energy_at = [t for t, names in sent.items() if "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION" in names]
+    assert energy_at == [0.0, 30.0, 90.0]  # first read, the change, a minute after it
+    assert all("DCGM_FI_DEV_MEM_COPY_UTIL" in names for names in sent.values())
+
+
+def test_simulated_host_engine_through_the_sim_backend() -> None:
+    from agent.runtime.sim_backend import SimBackend, SimDcgmSource
+
+    first = SimBackend.from_scenario(
+        "healthy_training", seed=3, duration_s=40, start_ts=1000.0, nodes=1, gpus_per_node=2
+    )
+    node = str(first.trace_meta()[0]["nodes"][0])
+    backend = SimBackend(first.run, node=node, start_ts=1000.0, duration_s=40, dcgm_fields=True)
+    source = next(c for c in backend.collectors() if isinstance(c, SimDcgmSource))
+    series: dict[tuple[int, str], list[float]] = {}
+    for t in range(40):
+        for r in source.collect(1000.0 + t):
+            assert check_record(r) is None
+            series.setdefault((r["gpu_index"], r["name"]), []).append(r["value"])
+    names = {name for _gpu, name in series}
+    # H100 SXM: all 18 links per link, the profiling fields, none of what NVML reads
+    assert {f"DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_L{n}" for n in range(18)} <= names
+    assert {f"DCGM_FI_PROF_NVLINK_L{n}_RX_BYTES" for n in range(18)} <= names
+    assert set(PROFILING_FIELDS.values()) <= names
+    assert signals.DCGM_FI_DEV_POWER_USAGE not in names
+    # the fields an H100 lacks were answered NOT_SUPPORTED and skipped, per GPU
+    unsupported = source.collector.unsupported_fields()
+    assert set(unsupported) == {0, 1}
+    assert "DCGM_FI_DEV_ENC_UTIL" in unsupported[0] and "DCGM_FI_DEV_RETIRED_SBE" in unsupported[0]
+    assert not names & set(unsupported[0])
+    # energy is a counter: it only grows, at roughly the simulated power
+    energy = series[(0, "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION")]
+    assert energy == sorted(energy) and energy[-1] > energy[0]
+    active = series[(0, signals.DCGM_FI_PROF_SM_ACTIVE)]
+    assert len(active) == 40 and max(active) > 0.3
+
+
+def test_doctor_lists_the_fields_each_gpu_does_not_support() -> None:
+    from agent.collectors.dcgm_sim import SimulatedDcgm
+    from agent.commands.doctor import OK, check_dcgm_bindings
+    from agent.config import parse_config
+    from simulator.dcgm_fields import SimDcgmGpu
+    from simulator.hardware import A100_SXM
+
+    zeros = {signals.DCGM_FI_DEV_GPU_UTIL: np.array([50.0])}
+    engine = SimulatedDcgm([SimDcgmGpu(0, zeros, A100_SXM)], ["GPU-a100-0"])
+    cfg = parse_config({"dcgm": {"mode": "bindings"}}, env={})
+    check = check_dcgm_bindings(cfg, bindings=engine.bindings(), settle_s=0)
+    assert check.status == OK
+    assert f"{len(DEFAULT_FIELDS)} fields watched" in check.detail
+    # an A100 has 12 NVLinks: links 12..17 and the encoder are reported, page retirement too
+    assert "GPU 0:" in check.detail and "DCGM_FI_DEV_ENC_UTIL" in check.detail
+    assert "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_L12" in check.detail
+    assert "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_L11," not in check.detail
+    assert "DCGM_FI_DEV_RETIRED_SBE" in check.detail
+    assert "DCGM_FI_DEV_DEC_UTIL" not in check.detail
