@@ -182,10 +182,16 @@ class KubernetesCollector:
 
     # --- collection --------------------------------------------------------------------------
 
-    def _unavailable(self, why: str) -> list[Record]:
+    def _unavailable(self, why: str, *, expected: bool = False) -> list[Record]:
+        """Logged once: at info when there is simply no kubelet (a Slurm or bare node), as a
+        warning when one is there and does not answer."""
         if not self._warned:
             self._warned = True
-            log.warning("kubernetes identity unavailable: %s", why)
+            log.log(
+                logging.INFO if expected else logging.WARNING,
+                "kubernetes identity unavailable: %s",
+                why,
+            )
         self.allocatable = None
         return []
 
@@ -196,7 +202,8 @@ class KubernetesCollector:
         if not self.socket_path.exists():
             return self._unavailable(
                 f"no kubelet PodResources socket at {self.socket_path} (not a Kubernetes node, "
-                "or the host path is not mounted)"
+                "or the host path is not mounted)",
+                expected=True,
             )
         try:
             if self.allocatable is None:
