@@ -459,3 +459,31 @@ class IncidentQuestion(TenantOwned):
 
     def __str__(self) -> str:
         return f"{self.incident_id}: {self.question[:40]}"
+
+
+class ComponentForecast(TenantOwned):
+    """The days-ahead forecast of one component (engine/forecast.py): a GPU, its PCIe link or
+    NVLink (key: the GPU's UUID), or an IB port (key: "node/device/port"). One row per
+    component, rewritten by each forecast pass (investigations/forecast_services.py); a
+    component whose signs stop goes back to "ok" with `cleared_at` set, so nothing stays
+    flagged after a recovery. `result` is `engine.forecast.component_result`'s JSON: risk,
+    evidence and the daily series the /health/ charts draw."""
+
+    kind = models.CharField(max_length=16)  # gpu | pcie | nvlink | ib_port
+    key = models.CharField(max_length=200)
+    node = models.CharField(max_length=200)
+    gpu = models.CharField(max_length=100, blank=True, default="")
+    level = models.CharField(max_length=8, default="ok")  # ok | watch | drain | urgent
+    risk_1d = models.FloatField(default=0.0)
+    risk_3d = models.FloatField(default=0.0)
+    risk_7d = models.FloatField(default=0.0)
+    ttf_hours = models.FloatField(null=True, blank=True)
+    summary = models.TextField(blank=True, default="")
+    result = models.JSONField(default=dict)
+    evaluated_at = models.DateTimeField()
+    level_since = models.DateTimeField()
+    cleared_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [unique_per_operator("kind", "key", name="investigations_forecast_unique")]
+        indexes = [operator_index("level", "risk_7d", name="investigations_forecast_level")]
