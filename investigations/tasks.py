@@ -36,7 +36,13 @@ from django.db import transaction
 from django.db.models.signals import post_save
 from django.dispatch import receiver
 
-from investigations import ask_services, explain_services, selectors, services
+from investigations import (
+    ask_services,
+    explain_services,
+    forecast_services,
+    selectors,
+    services,
+)
 from investigations.models import RevisionKind, VerdictRevision
 from investigations.signals import evaluation_due
 
@@ -89,6 +95,21 @@ def fan_out_fleet_health() -> int:
     for operator_id, hostname in due:
         evaluate_node_health.delay(operator_id, hostname)
     return len(due)
+
+
+@shared_task(name="investigations.forecast_operator", ignore_result=True)
+def forecast_operator(operator_id: int) -> int:
+    """One days-ahead forecast pass over the operator's fleet (docs/fleet-health.md)."""
+    return forecast_services.run_forecast_pass(_operator_id(operator_id)).flagged
+
+
+@shared_task(name="investigations.fan_out_forecasts", ignore_result=True)
+def fan_out_forecasts() -> int:
+    """A forecast pass per operator with a GPU reported in the last day; returns how many."""
+    operators = sorted({op for op, _host in selectors.nodes_due_for_fleet_health()})
+    for operator_id in operators:
+        forecast_operator.delay(operator_id)
+    return len(operators)
 
 
 @receiver(evaluation_due, dispatch_uid="investigations.tasks.enqueue_evaluation")

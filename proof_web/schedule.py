@@ -37,6 +37,15 @@ BEAT_SCHEDULE: dict[str, Periodic] = {
             "cost reads without changing a verdict"
         ),
     ),
+    "investigations-fan-out-forecasts": Periodic(
+        task="investigations.fan_out_forecasts",
+        every_seconds=3600,
+        reason=(
+            "the days-ahead forecast reads hourly rollups (ingest-rollups, every 15 min) over "
+            "14 days and flags components 2-12 days ahead; hourly sees each new rollup hour "
+            "once, and more often would re-read the same hours for the same answer"
+        ),
+    ),
     "investigations-expire-questions": Periodic(
         task="investigations.expire_stale_questions",
         every_seconds=300,

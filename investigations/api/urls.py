@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rest_framework.routers import BaseRouter
 
-from investigations.api import fleet, jobs, metrics, questions, share_links, views
+from investigations.api import fleet, forecast, jobs, metrics, questions, share_links, views
 from tenants.api.base import register_viewsets
 
 
@@ -22,6 +22,8 @@ def register(router: BaseRouter) -> None:
     register_viewsets(
         router, jobs.JobViewSet, fleet.NodeViewSet, fleet.GpuViewSet, fleet.FleetHealthViewSet
     )
+    # The days-ahead forecast and its drain advice (docs/fleet-health.md).
+    register_viewsets(router, forecast.ForecastViewSet, forecast.DrainPlanViewSet)
     # Nested under the incident: its route is a pattern, so it is named by hand.
     router.register(
         questions.QuestionViewSet.route, questions.QuestionViewSet, basename="incident-question"
