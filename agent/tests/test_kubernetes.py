@@ -37,6 +37,8 @@ from agent.runtime import IdentityJoin
 from agent.tests.test_identity import make_proc
 from contract import signals
 from contract.trace.records import check_record
+from contract.wire.decode import batch_records
+from contract.wire.encode import BatchBuilder
 
 NODE = "gpu-node-07"
 UID_A = "7d1c5e0a-1111-4222-8333-444455556666"
@@ -465,3 +467,23 @@ def test_unknown_pods_force_a_pod_list_read_at_most_every_two_seconds(tmp_path: 
     found = collector.lookup(UID_B)
     assert found is not None and found.job == "k8s-ml-pod-new-pod-9e2d6f1b"
     assert directory.reads == 2
+
+
+def test_allocation_stays_on_the_node_and_the_rest_goes_on_the_wire() -> None:
+    builder = BatchBuilder("agent-1")
+    builder.add(
+        {
+            "type": "job",
+            "ts": 1.0,
+            "job": LLAMA_JOB,
+            "scheduler": "kubernetes",
+            "state": "running",
+            "k8s_namespace": "ml",
+            "allocation": {"gpus": ["GPU-aaaa"], "gpu_indices": []},
+            "config": {"k8s_namespace": "ml", "k8s_owner": "pytorchjob/llama"},
+        }
+    )
+    [sent] = batch_records(builder.build(1))
+    assert "allocation" not in sent
+    assert sent["k8s_namespace"] == "ml"  # a job attribute: ingest maps it to a customer
+    assert sent["config"]["k8s_owner"] == "pytorchjob/llama"
