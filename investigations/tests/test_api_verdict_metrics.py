@@ -159,6 +159,11 @@ def test_incidents_as_grafana_annotations(world: World) -> None:
         ("from=x&to=5", "from"),
         ("from=0&to=99999999999999", "to"),
         ("from=0&to=5&limit=0", "limit"),
+        ("from=0&to=5&limit=abc", "limit"),
+        ("from=-1&to=5", "from"),
+        ("from=1e30&to=5", "from"),
+        ("from=&to=", "from"),
+        ("from=0&to=5&family=" + "x" * 65, "family"),
     ],
 )
 def test_bad_annotation_queries_name_the_parameter(world: World, query: str, field: str) -> None:
