@@ -25,7 +25,7 @@ DEFAULT_PATH = "/etc/proof-agent/proof-agent.toml"
 ENV_PATH = "PROOF_AGENT_CONFIG"
 ENV_PREFIX = "PROOF_AGENT_"
 DCGM_MODES = ("bindings", "exporter", "off")
-EBPF_PROBE_GROUPS = ("launch", "sync", "memcpy", "nccl")  # agent.ebpf.calls.PROBE_GROUPS
+EBPF_PROBE_GROUPS = ("launch", "sync", "memcpy", "nccl", "graph", "mem")  # ebpf.calls.PROBE_GROUPS
 # The [paths] defaults that live under /proc: they follow a relocated proc_root.
 DEFAULT_PATHS = {"mountstats": "/proc/self/mountstats", "diskstats": "/proc/diskstats"}
 
@@ -100,7 +100,7 @@ class EbpfSection:
     probe_groups: list[str] = field(
         default_factory=list,
         metadata={
-            "doc": "which call groups to probe: launch, sync, memcpy, nccl; empty = all four"
+            "doc": "which call groups to probe: launch, sync, memcpy, nccl, graph, mem; empty = all"
         },
     )
     capture_output: bool = _opt(
