@@ -124,6 +124,26 @@ CUDA_MEMCPY_MS = "cuda.memcpy_ms"
 NCCL_MS = "nccl.ms"  # host time inside the NCCL call, labels.op
 NCCL_GROUPS = "nccl.groups"  # outermost ncclGroupStart/ncclGroupEnd pairs completed
 NCCL_GROUP_MS = "nccl.group_ms"  # time from outermost ncclGroupStart to ncclGroupEnd return
+# In-kernel log2 histograms and the calls added by issue 17 (docs/ebpf.md), per interval too.
+# Latency per API and process: calls whose duration fell in the bucket, labels.api (the call
+# class: sync_stream, memcpy_htod, graph_launch, mem_alloc, allreduce, comm_init…) and
+# labels.le_us (the bucket's exclusive upper bound in µs: 1, 2, 4, …; 1 holds the calls < 1 µs).
+CUDA_API_LATENCY_CALLS = "cuda.api_latency_calls"
+NCCL_API_LATENCY_CALLS = "nccl.api_latency_calls"
+# NCCL collectives by labels.op, labels.dtype (nccl.h names) and labels.size_le (the message
+# size bucket's exclusive upper bound in bytes, a power of two)
+NCCL_COLLECTIVE_CALLS = "nccl.collective_calls"
+NCCL_COLLECTIVE_MS = "nccl.collective_ms"
+CUDA_GRAPH_LAUNCHES = "cuda.graph_launches"  # cuGraphLaunch calls returned
+CUDA_GRAPH_LAUNCH_MS = "cuda.graph_launch_ms"
+CUDA_MEM_ALLOCS = "cuda.mem_allocs"  # cuMemAlloc_v2/cuMemAllocAsync (and _ptsz) calls
+CUDA_MEM_ALLOC_BYTES = "cuda.mem_alloc_bytes"
+CUDA_MEM_ALLOC_MS = "cuda.mem_alloc_ms"
+CUDA_MEM_FREES = "cuda.mem_frees"  # cuMemFree_v2/cuMemFreeAsync calls
+CUDA_MEM_FREE_MS = "cuda.mem_free_ms"
+NCCL_COMM_INITS = "nccl.comm_inits"  # ncclCommInitRank/…InitRankConfig/…InitAll returned
+NCCL_COMM_INIT_MS = "nccl.comm_init_ms"
+NCCL_COMM_ABORTS = "nccl.comm_aborts"  # ncclCommAbort calls (a rank tearing NCCL down)
 NCCL_OPS: tuple[str, ...] = (
     "allreduce",
     "allgather",
@@ -132,6 +152,21 @@ NCCL_OPS: tuple[str, ...] = (
     "reduce",
     "send",
     "recv",
+)
+# ncclDataType_t values (nccl.h) -> the labels.dtype of nccl.collective_* series
+NCCL_DTYPES: tuple[str, ...] = (
+    "int8",
+    "uint8",
+    "int32",
+    "uint32",
+    "int64",
+    "uint64",
+    "float16",
+    "float32",
+    "float64",
+    "bfloat16",
+    "float8e4m3",
+    "float8e5m2",
 )
 
 # --- Node scope -----------------------------------------------------------------------------
@@ -238,6 +273,20 @@ SIGNALS: dict[str, SignalSpec] = {
         _spec(NCCL_MS, "ms", _P, _IV, "host time inside NCCL calls (labels.op)"),
         _spec(NCCL_GROUPS, "groups", _P, _IV, "NCCL groups completed"),
         _spec(NCCL_GROUP_MS, "ms", _P, _IV, "time in NCCL groups, start to end"),
+        _spec(CUDA_API_LATENCY_CALLS, "calls", _P, _IV, "CUDA calls per log2 latency bucket"),
+        _spec(NCCL_API_LATENCY_CALLS, "calls", _P, _IV, "NCCL calls per log2 latency bucket"),
+        _spec(NCCL_COLLECTIVE_CALLS, "calls", _P, _IV, "NCCL calls by op, dtype, size bucket"),
+        _spec(NCCL_COLLECTIVE_MS, "ms", _P, _IV, "NCCL host time by op, dtype, size bucket"),
+        _spec(CUDA_GRAPH_LAUNCHES, "calls", _P, _IV, "cuGraphLaunch calls"),
+        _spec(CUDA_GRAPH_LAUNCH_MS, "ms", _P, _IV, "host time in cuGraphLaunch"),
+        _spec(CUDA_MEM_ALLOCS, "calls", _P, _IV, "device memory allocations"),
+        _spec(CUDA_MEM_ALLOC_BYTES, "bytes", _P, _IV, "device memory allocated"),
+        _spec(CUDA_MEM_ALLOC_MS, "ms", _P, _IV, "host time in allocation calls"),
+        _spec(CUDA_MEM_FREES, "calls", _P, _IV, "device memory frees"),
+        _spec(CUDA_MEM_FREE_MS, "ms", _P, _IV, "host time in free calls"),
+        _spec(NCCL_COMM_INITS, "calls", _P, _IV, "NCCL communicators initialised"),
+        _spec(NCCL_COMM_INIT_MS, "ms", _P, _IV, "host time in NCCL communicator init"),
+        _spec(NCCL_COMM_ABORTS, "calls", _P, _IV, "NCCL communicators aborted"),
         _spec(HOST_CPU_UTIL, "cores", _N, _GA, "CPU used (node: 0–1; process: cores)"),
         _spec(IB_PORT_XMIT_DATA, "bytes", _N, _C, "IB bytes transmitted"),
         _spec(IB_PORT_RCV_DATA, "bytes", _N, _C, "IB bytes received"),

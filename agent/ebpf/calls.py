@@ -45,11 +45,28 @@ class Call(IntEnum):
     NCCL_SEND = 14
     NCCL_RECV = 15
     NCCL_GROUP = 16
+    GRAPH_LAUNCH = 17  # cuGraphLaunch
+    MEM_ALLOC = 18  # cuMemAlloc_v2, cuMemAllocAsync
+    MEM_FREE = 19  # cuMemFree_v2, cuMemFreeAsync
+    NCCL_COMM_INIT = 20  # ncclCommInitRank, ncclCommInitRankConfig, ncclCommInitAll
+    NCCL_COMM_ABORT = 21  # ncclCommAbort
 
 
 SYNC_CALLS: frozenset[Call] = frozenset({Call.SYNC_STREAM, Call.SYNC_EVENT, Call.SYNC_CTX})
 # libcuda's classes: a process with any of them is reported as a CUDA process
-CUDA_CALLS: frozenset[Call] = frozenset(c for c in Call if c <= Call.MEMCPY_PEER)
+CUDA_CALLS: frozenset[Call] = frozenset(
+    {*(c for c in Call if c <= Call.MEMCPY_PEER), Call.GRAPH_LAUNCH, Call.MEM_ALLOC, Call.MEM_FREE}
+)
+# The NCCL collectives: probes.c also counts these by dtype and message-size bucket
+NCCL_COLLECTIVES: frozenset[Call] = frozenset(
+    c for c in Call if Call.NCCL_ALLREDUCE <= c <= Call.NCCL_RECV
+)
+# labels.api of the {cuda,nccl}.api_latency_calls histograms: every timed class (not LAUNCH,
+# whose "duration" is the gap between launches); collectives by their op name
+API_LABELS: dict[Call, str] = {
+    c: c.name.lower().removeprefix("nccl_") for c in Call if c is not Call.LAUNCH
+}
+HIST_BUCKETS = 40  # log2 µs buckets: bucket b holds [2^(b-1), 2^b) µs, bucket 0 < 1 µs
 # labels.kind of the cuda.memcpy_* series
 MEMCPY_KINDS: dict[Call, str] = {
     Call.MEMCPY_HTOD: "htod",
@@ -140,6 +157,9 @@ PROBES: dict[str, tuple[Probe, ...]] = {
             "cuMemcpyPeerAsync",
             "cuMemcpyPeerAsync_ptsz",
         )
+        + _timed("graph_launch", "cuGraphLaunch", "cuGraphLaunch_ptsz")
+        + _timed("mem_alloc", "cuMemAlloc_v2", "cuMemAllocAsync", "cuMemAllocAsync_ptsz")
+        + _timed("mem_free", "cuMemFree_v2", "cuMemFreeAsync", "cuMemFreeAsync_ptsz")
     ),
     NCCL: tuple(
         _timed("nccl_allreduce", "ncclAllReduce")
@@ -150,6 +170,8 @@ PROBES: dict[str, tuple[Probe, ...]] = {
         + _timed("nccl_reduce", "ncclReduce")
         + _timed("nccl_send", "ncclSend")
         + _timed("nccl_recv", "ncclRecv")
+        + _timed("nccl_comm_init", "ncclCommInitRank", "ncclCommInitRankConfig", "ncclCommInitAll")
+        + _timed("nccl_comm_abort", "ncclCommAbort")
         + [
             Probe("ncclGroupStart", "nccl_group_start_enter", None),
             Probe("ncclGroupEnd", None, "nccl_group_end_leave"),
@@ -157,12 +179,14 @@ PROBES: dict[str, tuple[Probe, ...]] = {
     ),
 }
 
-PROBE_GROUPS: tuple[str, ...] = ("launch", "sync", "memcpy", "nccl")
+PROBE_GROUPS: tuple[str, ...] = ("launch", "sync", "memcpy", "nccl", "graph", "mem")
 
 # Map capacities (entries), compiled in as -D definitions.
 STATS_ENTRIES = 16384  # processes x call classes x 2 slots; allocated on demand
 PROCESS_ENTRIES = 8192  # last launch time per process (LRU)
 THREAD_ENTRIES = 16384  # calls in progress, NCCL group nesting per thread (LRU)
+HIST_ENTRIES = 32768  # processes x timed classes x latency buckets x 2 slots; on demand
+COLL_ENTRIES = 16384  # processes x collectives x dtypes x size buckets x 2 slots; on demand
 
 
 def cflags() -> list[str]:
@@ -172,6 +196,9 @@ def cflags() -> list[str]:
         f"-DSTATS_ENTRIES={STATS_ENTRIES}",
         f"-DPROCESS_ENTRIES={PROCESS_ENTRIES}",
         f"-DTHREAD_ENTRIES={THREAD_ENTRIES}",
+        f"-DHIST_ENTRIES={HIST_ENTRIES}",
+        f"-DCOLL_ENTRIES={COLL_ENTRIES}",
+        f"-DHIST_BUCKETS={HIST_BUCKETS}",
     ]
     return flags
 

@@ -31,9 +31,11 @@ from dataclasses import dataclass, field
 from agent.collectors._common import Record, WarnOnce
 from agent.ebpf import bpfsys, discovery
 from agent.ebpf.calls import (
+    API_LABELS,
     CUDA,
     CUDA_CALLS,
     MEMCPY_KINDS,
+    NCCL_COLLECTIVES,
     NCCL_OP_LABELS,
     PROBE_GROUPS,
     PROBES,
@@ -53,6 +55,9 @@ _STAT_KEY = struct.Struct("<IHH")  # pid, what, slot
 _STAT_VAL = struct.Struct("<QQQQ")  # calls, total_ns, max_ns, bytes
 _INFLIGHT_KEY = struct.Struct("<II")  # tid, what
 _INFLIGHT_VAL = struct.Struct("<QQII")  # ts, bytes, pid, unused
+_HIST_KEY = struct.Struct("<IHBB")  # pid, what, slot, bucket
+_COLL_KEY = struct.Struct("<IHBBB3x")  # pid, what, slot, dtype, size bucket
+_COLL_VAL = struct.Struct("<QQ")  # calls, total_ns
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
 
@@ -109,7 +114,8 @@ class EbpfCollector(LoadsOnce[LoadedProgram]):
         `monotonic_ns` must be CLOCK_MONOTONIC, the clock bpf_ktime_get_ns() reads.
         `settle_s` is how long a probe that read the slot number just before the flip may
         still be writing the old slot (a probe runs for ~1 µs; the margin is generous).
-        `probe_groups` selects what is probed (calls.PROBE_GROUPS: launch, sync, memcpy, nccl):
+        `probe_groups` selects what is probed (calls.PROBE_GROUPS: launch, sync, memcpy, nccl,
+        graph, mem):
         a site where the launch uprobe's per-call cost matters can leave "launch" out.
         A library file no process maps any more is detached after `detach_grace_s` (a job
         restarting at once keeps its probes), spread over intervals: the kernel takes ~0.1 s
@@ -146,6 +152,10 @@ class EbpfCollector(LoadsOnce[LoadedProgram]):
         self._unused_since: dict[tuple[str, int], int] = {}  # attached, mapped by no process
         self._detach_queue: dict[tuple[str, int], _Attached] = {}
         self._warn = WarnOnce(log)
+        # What the last drain() read of the `hist` and `colls` maps (see probes.c):
+        # pid -> {(call, bucket): calls}; pid -> {(call, dtype, size bucket): [calls, ns]}
+        self.last_hist: dict[int, dict[tuple[Call, int], int]] = {}
+        self.last_colls: dict[int, dict[tuple[Call, int, int], list[int]]] = {}
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -385,7 +395,54 @@ class EbpfCollector(LoadsOnce[LoadedProgram]):
             for calls, total_ns, max_ns, nbytes in _STAT_VAL.iter_unpack(raw):
                 aggregate.add(calls, total_ns, max_ns, nbytes)
         bpfsys.delete_many(stats, keys, _STAT_KEY.size)
+        self.last_hist = self._drain_hist(old)
+        self.last_colls = self._drain_colls(old)
         return per_pid
+
+    def _drain_hist(self, old: int) -> dict[int, dict[tuple[Call, int], int]]:
+        maps = self._bpf.maps if self._bpf is not None else {}
+        if "hist" not in maps:
+            return {}
+        table = maps["hist"]
+        out: dict[int, dict[tuple[Call, int], int]] = {}
+        keys: list[bytes] = []
+        for key, raw in bpfsys.items(table, _HIST_KEY.size, _U64.size * self._cpus):
+            pid, what, slot, bucket = _HIST_KEY.unpack(key)
+            if slot != old:
+                continue
+            keys.append(key)
+            try:
+                call = Call(what)
+            except ValueError:
+                continue
+            count = sum(v for (v,) in _U64.iter_unpack(raw))
+            per = out.setdefault(pid, {})
+            per[(call, bucket)] = per.get((call, bucket), 0) + count
+        bpfsys.delete_many(table, keys, _HIST_KEY.size)
+        return out
+
+    def _drain_colls(self, old: int) -> dict[int, dict[tuple[Call, int, int], list[int]]]:
+        maps = self._bpf.maps if self._bpf is not None else {}
+        if "colls" not in maps:
+            return {}
+        table = maps["colls"]
+        out: dict[int, dict[tuple[Call, int, int], list[int]]] = {}
+        keys: list[bytes] = []
+        for key, raw in bpfsys.items(table, _COLL_KEY.size, _COLL_VAL.size * self._cpus):
+            pid, what, slot, dtype, size_bucket = _COLL_KEY.unpack(key)
+            if slot != old:
+                continue
+            keys.append(key)
+            try:
+                call = Call(what)
+            except ValueError:
+                continue
+            acc = out.setdefault(pid, {}).setdefault((call, dtype, size_bucket), [0, 0])
+            for calls, total_ns in _COLL_VAL.iter_unpack(raw):
+                acc[0] += calls
+                acc[1] += total_ns
+        bpfsys.delete_many(table, keys, _COLL_KEY.size)
+        return out
 
     def open_syncs(self, now_ns: int) -> dict[int, int]:
         """pid → ns its longest synchronize call still in progress has been blocked so far."""
@@ -463,6 +520,16 @@ class EbpfCollector(LoadsOnce[LoadedProgram]):
             if group is not None and group.calls:
                 emit(signals.NCCL_GROUPS, group.calls)
                 emit(signals.NCCL_GROUP_MS, group.total_ns / NS_PER_MS)
+            for call, (calls_name, bytes_name, ms_name) in _PLAIN_CALLS:
+                agg = calls.get(call)
+                if agg is None or not agg.calls:
+                    continue
+                emit(calls_name, agg.calls)
+                if bytes_name is not None:
+                    emit(bytes_name, agg.bytes)
+                if ms_name is not None:
+                    emit(ms_name, agg.total_ns / NS_PER_MS)
+            _emit_histograms(emit, self.last_hist.get(pid), self.last_colls.get(pid))
         return records
 
 
@@ -474,6 +541,52 @@ _LABELLED_CALLS: tuple[tuple[Call, dict[str, str], tuple[str, str, str]], ...] =
     *((call, {"kind": kind}, _MEMCPY_SIGNALS) for call, kind in MEMCPY_KINDS.items()),
     *((call, {"op": op}, _NCCL_SIGNALS) for call, op in NCCL_OP_LABELS.items()),
 )
+
+
+# Calls with series of their own and no labels: (call, (calls, bytes or None, ms or None)).
+_PLAIN_CALLS: tuple[tuple[Call, tuple[str, str | None, str | None]], ...] = (
+    (Call.GRAPH_LAUNCH, (signals.CUDA_GRAPH_LAUNCHES, None, signals.CUDA_GRAPH_LAUNCH_MS)),
+    (
+        Call.MEM_ALLOC,
+        (signals.CUDA_MEM_ALLOCS, signals.CUDA_MEM_ALLOC_BYTES, signals.CUDA_MEM_ALLOC_MS),
+    ),
+    (Call.MEM_FREE, (signals.CUDA_MEM_FREES, None, signals.CUDA_MEM_FREE_MS)),
+    (Call.NCCL_COMM_INIT, (signals.NCCL_COMM_INITS, None, signals.NCCL_COMM_INIT_MS)),
+    (Call.NCCL_COMM_ABORT, (signals.NCCL_COMM_ABORTS, None, None)),
+)
+_NCCL_API_CALLS = frozenset(
+    {*NCCL_COLLECTIVES, Call.NCCL_GROUP, Call.NCCL_COMM_INIT, Call.NCCL_COMM_ABORT}
+)
+
+
+def _dtype_label(dtype: int) -> str:
+    return signals.NCCL_DTYPES[dtype] if dtype < len(signals.NCCL_DTYPES) else str(dtype)
+
+
+def _emit_histograms(
+    emit: _Emitter,
+    hist: dict[tuple[Call, int], int] | None,
+    colls: dict[tuple[Call, int, int], list[int]] | None,
+) -> None:
+    """The in-kernel histograms of one process: latency per API (labels api, le_us) and NCCL
+    collectives by op, dtype and message size (labels op, dtype, size_le)."""
+    for (call, bucket), count in sorted((hist or {}).items()):
+        label = API_LABELS.get(call)
+        if label is None or not count:
+            continue
+        name = (
+            signals.NCCL_API_LATENCY_CALLS
+            if call in _NCCL_API_CALLS
+            else signals.CUDA_API_LATENCY_CALLS
+        )
+        emit(name, count, {"api": label, "le_us": str(1 << bucket)})
+    for (call, dtype, size_bucket), (n, total_ns) in sorted((colls or {}).items()):
+        op = NCCL_OP_LABELS.get(call)
+        if op is None or not n:
+            continue
+        labels = {"op": op, "dtype": _dtype_label(dtype), "size_le": str(1 << size_bucket)}
+        emit(signals.NCCL_COLLECTIVE_CALLS, n, labels)
+        emit(signals.NCCL_COLLECTIVE_MS, total_ns / NS_PER_MS, dict(labels))
 
 
 class _Emitter:

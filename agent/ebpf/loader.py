@@ -25,7 +25,15 @@ from typing import ClassVar, Generic, Protocol, Self, TypeVar
 from agent.ebpf._bcc import import_bcc, load_failure_hints
 from agent.ebpf.calls import PROBES, cflags
 
-MAP_NAMES: tuple[str, ...] = ("stats", "control", "last_launch", "inflight", "group_state")
+MAP_NAMES: tuple[str, ...] = (
+    "stats",
+    "control",
+    "last_launch",
+    "inflight",
+    "group_state",
+    "hist",
+    "colls",
+)
 PROGRAM_NAMES: tuple[str, ...] = tuple(
     sorted({f for probes in PROBES.values() for p in probes for f in (p.entry, p.exit) if f})
 )

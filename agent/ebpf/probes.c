@@ -18,6 +18,12 @@
 //                yet returned (a thread that dies inside a call is evicted by the LRU). User
 //                space reads it for the synchronize calls still blocked at interval end.
 //   group_state  LRU hash tid -> ncclGroupStart nesting depth and the outermost start time.
+//   hist         per-CPU hash {pid, call class, slot, bucket} -> calls: every timed call's
+//                duration as a log2 histogram in microseconds (bucket 0: < 1 µs; bucket b:
+//                [2^(b-1), 2^b) µs), per API and process, read-and-cleared like `stats`.
+//   colls        per-CPU hash {pid, collective, slot, dtype, size bucket} -> {calls, total_ns}:
+//                NCCL collectives by op, ncclDataType_t and log2 message-size bucket (bucket
+//                0: 0 bytes; bucket b: [2^(b-1), 2^b) bytes).
 #include <uapi/linux/ptrace.h>
 
 struct stat_key {
@@ -42,7 +48,28 @@ struct inflight_val {
     u64 ts;
     u64 bytes;
     u32 pid;  // so user space can report calls still blocked, per process
-    u32 unused;
+    u32 dtype;  // NCCL collectives: the ncclDataType_t argument
+};
+
+struct hist_key {
+    u32 pid;
+    u16 what;
+    u8 slot;
+    u8 bucket;
+};
+
+struct coll_key {
+    u32 pid;
+    u16 what;
+    u8 slot;
+    u8 dtype;
+    u8 size_bucket;
+    u8 pad[3];
+};
+
+struct coll_val {
+    u64 calls;
+    u64 total_ns;
 };
 
 struct group_val {
@@ -56,6 +83,8 @@ BPF_ARRAY(control, u32, 1);
 BPF_TABLE("lru_hash", u32, u64, last_launch, PROCESS_ENTRIES);
 BPF_TABLE("lru_hash", struct inflight_key, struct inflight_val, inflight, THREAD_ENTRIES);
 BPF_TABLE("lru_hash", u32, struct group_val, group_state, THREAD_ENTRIES);
+BPF_F_TABLE("percpu_hash", struct hist_key, u64, hist, HIST_ENTRIES, BPF_F_NO_PREALLOC);
+BPF_F_TABLE("percpu_hash", struct coll_key, struct coll_val, colls, COLL_ENTRIES, BPF_F_NO_PREALLOC);
 
 static __always_inline u16 current_slot(void) {
     u32 zero = 0;
@@ -80,6 +109,43 @@ static __always_inline void account(u32 pid, u16 what, u64 duration_ns, u64 byte
     val->bytes += bytes;
 }
 
+// log2 bucket of `v`: 0 for 0, else floor(log2(v)) + 1 (what bcc's bpf_log2l returns),
+// capped at HIST_BUCKETS - 1.
+static __always_inline u8 log2_bucket(u64 v) {
+    if (v == 0)
+        return 0;
+    u32 b = bpf_log2l(v);
+    return b >= HIST_BUCKETS ? HIST_BUCKETS - 1 : (u8)b;
+}
+
+static __always_inline void account_hist(u32 pid, u16 what, u16 slot, u64 duration_ns) {
+    struct hist_key key = {};
+    key.pid = pid;
+    key.what = what;
+    key.slot = (u8)slot;
+    key.bucket = log2_bucket(duration_ns / 1000);
+    u64 zero = 0;
+    u64 *count = hist.lookup_or_try_init(&key, &zero);
+    if (count)
+        *count += 1;
+}
+
+static __always_inline void account_coll(
+    u32 pid, u16 what, u16 slot, u32 dtype, u64 bytes, u64 duration_ns) {
+    struct coll_key key = {};
+    key.pid = pid;
+    key.what = what;
+    key.slot = (u8)slot;
+    key.dtype = dtype > 255 ? 255 : (u8)dtype;
+    key.size_bucket = log2_bucket(bytes);
+    struct coll_val zero = {};
+    struct coll_val *val = colls.lookup_or_try_init(&key, &zero);
+    if (!val)
+        return;
+    val->calls += 1;
+    val->total_ns += duration_ns;
+}
+
 static __always_inline int on_launch(void) {
     u32 pid = bpf_get_current_pid_tgid() >> 32;
     u64 now = bpf_ktime_get_ns();
@@ -99,7 +165,7 @@ static __always_inline int on_launch(void) {
     return 0;
 }
 
-static __always_inline int enter(u32 what, u64 bytes) {
+static __always_inline int enter(u32 what, u64 bytes, u32 dtype) {
     u64 id = bpf_get_current_pid_tgid();
     struct inflight_key key = {};
     key.tid = (u32)id;
@@ -108,6 +174,7 @@ static __always_inline int enter(u32 what, u64 bytes) {
     val.ts = bpf_ktime_get_ns();
     val.bytes = bytes;
     val.pid = id >> 32;
+    val.dtype = dtype;
     inflight.update(&key, &val);
     return 0;
 }
@@ -123,8 +190,14 @@ static __always_inline int leave(u32 what) {
     u64 now = bpf_ktime_get_ns();
     u64 duration = now > val->ts ? now - val->ts : 0;
     u64 bytes = val->bytes;
+    u32 dtype = val->dtype;
     inflight.delete(&key);
-    account(id >> 32, what, duration, bytes);
+    u32 pid = id >> 32;
+    u16 slot = current_slot();
+    account(pid, what, duration, bytes);
+    account_hist(pid, what, slot, duration);
+    if (what >= W_NCCL_ALLREDUCE && what <= W_NCCL_RECV)
+        account_coll(pid, what, slot, dtype, bytes, duration);
     return 0;
 }
 
@@ -147,7 +220,13 @@ static __always_inline u64 nccl_type_size(u64 datatype) {
 
 // Only calls to the helpers above inside macros: bcc cannot rewrite map methods in macros.
 #define TIMED_CALL(name, what, bytes_expr)                                                    \
-    int name##_enter(struct pt_regs *ctx) { return enter(what, (bytes_expr)); }               \
+    int name##_enter(struct pt_regs *ctx) { return enter(what, (bytes_expr), 0); }            \
+    int name##_leave(struct pt_regs *ctx) { return leave(what); }
+// NCCL collectives also record their ncclDataType_t argument (for `colls`).
+#define NCCL_CALL(name, what, bytes_expr, dtype_expr)                                         \
+    int name##_enter(struct pt_regs *ctx) {                                                   \
+        return enter(what, (bytes_expr), (u32)(dtype_expr));                                  \
+    }                                                                                         \
     int name##_leave(struct pt_regs *ctx) { return leave(what); }
 
 int launch_enter(struct pt_regs *ctx) { return on_launch(); }
@@ -173,14 +252,24 @@ TIMED_CALL(memcpy_peer, W_MEMCPY_PEER, PT_REGS_PARM5(ctx))
 // ncclReduce(send, recv, count, type, op, root, comm, stream)
 // ncclSend(send, count, type, peer, comm, stream), ncclRecv(recv, count, type, peer, ...)
 // ncclBcast(buff, count, type, root, comm, stream) (the in-place broadcast)
-TIMED_CALL(nccl_allreduce, W_NCCL_ALLREDUCE, PT_REGS_PARM3(ctx) * nccl_type_size(PT_REGS_PARM4(ctx)))
-TIMED_CALL(nccl_allgather, W_NCCL_ALLGATHER, PT_REGS_PARM3(ctx) * nccl_type_size(PT_REGS_PARM4(ctx)))
-TIMED_CALL(nccl_reducescatter, W_NCCL_REDUCESCATTER, PT_REGS_PARM3(ctx) * nccl_type_size(PT_REGS_PARM4(ctx)))
-TIMED_CALL(nccl_broadcast, W_NCCL_BROADCAST, PT_REGS_PARM3(ctx) * nccl_type_size(PT_REGS_PARM4(ctx)))
-TIMED_CALL(nccl_bcast, W_NCCL_BROADCAST, PT_REGS_PARM2(ctx) * nccl_type_size(PT_REGS_PARM3(ctx)))
-TIMED_CALL(nccl_reduce, W_NCCL_REDUCE, PT_REGS_PARM3(ctx) * nccl_type_size(PT_REGS_PARM4(ctx)))
-TIMED_CALL(nccl_send, W_NCCL_SEND, PT_REGS_PARM2(ctx) * nccl_type_size(PT_REGS_PARM3(ctx)))
-TIMED_CALL(nccl_recv, W_NCCL_RECV, PT_REGS_PARM2(ctx) * nccl_type_size(PT_REGS_PARM3(ctx)))
+NCCL_CALL(nccl_allreduce, W_NCCL_ALLREDUCE, PT_REGS_PARM3(ctx) * nccl_type_size(PT_REGS_PARM4(ctx)), PT_REGS_PARM4(ctx))
+NCCL_CALL(nccl_allgather, W_NCCL_ALLGATHER, PT_REGS_PARM3(ctx) * nccl_type_size(PT_REGS_PARM4(ctx)), PT_REGS_PARM4(ctx))
+NCCL_CALL(nccl_reducescatter, W_NCCL_REDUCESCATTER, PT_REGS_PARM3(ctx) * nccl_type_size(PT_REGS_PARM4(ctx)), PT_REGS_PARM4(ctx))
+NCCL_CALL(nccl_broadcast, W_NCCL_BROADCAST, PT_REGS_PARM3(ctx) * nccl_type_size(PT_REGS_PARM4(ctx)), PT_REGS_PARM4(ctx))
+NCCL_CALL(nccl_bcast, W_NCCL_BROADCAST, PT_REGS_PARM2(ctx) * nccl_type_size(PT_REGS_PARM3(ctx)), PT_REGS_PARM3(ctx))
+NCCL_CALL(nccl_reduce, W_NCCL_REDUCE, PT_REGS_PARM3(ctx) * nccl_type_size(PT_REGS_PARM4(ctx)), PT_REGS_PARM4(ctx))
+NCCL_CALL(nccl_send, W_NCCL_SEND, PT_REGS_PARM2(ctx) * nccl_type_size(PT_REGS_PARM3(ctx)), PT_REGS_PARM3(ctx))
+NCCL_CALL(nccl_recv, W_NCCL_RECV, PT_REGS_PARM2(ctx) * nccl_type_size(PT_REGS_PARM3(ctx)), PT_REGS_PARM3(ctx))
+
+// cuGraphLaunch(graphExec, stream); cuMemAlloc_v2(&dptr, bytes), cuMemAllocAsync(&dptr, bytes,
+// stream): bytes is argument 2; cuMemFree_v2(dptr), cuMemFreeAsync(dptr, stream).
+TIMED_CALL(graph_launch, W_GRAPH_LAUNCH, 0)
+TIMED_CALL(mem_alloc, W_MEM_ALLOC, PT_REGS_PARM2(ctx))
+TIMED_CALL(mem_free, W_MEM_FREE, 0)
+// ncclCommInitRank(&comm, nranks, id, rank), ncclCommInitRankConfig(…, config),
+// ncclCommInitAll(comms, ndev, devlist); ncclCommAbort(comm).
+TIMED_CALL(nccl_comm_init, W_NCCL_COMM_INIT, 0)
+TIMED_CALL(nccl_comm_abort, W_NCCL_COMM_ABORT, 0)
 
 // ncclGroupStart()/ncclGroupEnd() nest; a group is timed from the outermost start's entry to
 // the matching end's return (where NCCL actually launches the grouped operations).
@@ -208,5 +297,6 @@ int nccl_group_end_leave(struct pt_regs *ctx) {
     u64 now = bpf_ktime_get_ns();
     u64 duration = now > group->start ? now - group->start : 0;
     account(id >> 32, W_NCCL_GROUP, duration, 0);
+    account_hist(id >> 32, W_NCCL_GROUP, current_slot(), duration);
     return 0;
 }

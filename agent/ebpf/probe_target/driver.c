@@ -12,6 +12,11 @@
 //   sync stream|event|ctx N US        N synchronize calls, each blocking US microseconds
 //   memcpy htod|dtoh|dtod|htod_async|dtoh_async|any|any_async|peer N BYTES US
 //   nccl allreduce|allgather|reducescatter|broadcast|reduce|send|recv N COUNT DTYPE US
+//   graph N US               N x cuGraphLaunch, each taking US microseconds
+//   alloc N BYTES US         N x { cuMemAlloc_v2(BYTES); cuMemFree_v2 }, each taking US
+//   allocasync N BYTES US    N x { cuMemAllocAsync(BYTES); cuMemFreeAsync }, each taking US
+//   comm init|initconfig|abort N US   N x ncclCommInitRank / ncclCommInitRankConfig /
+//                            ncclCommAbort, each taking US microseconds
 //   group N US               N x { GroupStart; GroupStart; Send; Recv; GroupEnd; GroupEnd },
 //                            the outer GroupEnd blocking US microseconds
 //   bench launch|sync|allreduce N     time N calls (no delay); answers
@@ -44,6 +49,15 @@ typedef int (*nccl_gather_fn)(const void *, void *, size_t, int, void *, void *)
 typedef int (*nccl_rooted_fn)(const void *, void *, size_t, int, int, void *, void *);
 typedef int (*nccl_reduce_fn)(const void *, void *, size_t, int, int, int, void *, void *);
 typedef int (*nccl_p2p_fn)(const void *, size_t, int, int, void *, void *);
+typedef int (*graph_fn)(void *, void *);
+typedef int (*alloc_fn)(unsigned long long *, size_t);
+typedef int (*alloc_async_fn)(unsigned long long *, size_t, void *);
+typedef int (*free_fn)(unsigned long long);
+typedef int (*free_async_fn)(unsigned long long, void *);
+typedef struct { char internal[128]; } unique_id;
+typedef int (*comm_init_fn)(void **, int, unique_id, int);
+typedef int (*comm_init_config_fn)(void **, int, unique_id, int, void *);
+typedef int (*comm_abort_fn)(void *);
 
 static void *cuda, *nccl;
 static unsigned int *cuda_delay, *nccl_delay;
@@ -153,6 +167,40 @@ static int do_command(char *line) {
                 ((nccl_p2p_fn)sym(nccl, "ncclSend"))(buf, b, c, 1, NULL, NULL);
             else if (!strcmp(kind, "recv"))
                 ((nccl_p2p_fn)sym(nccl, "ncclRecv"))(buf, b, c, 1, NULL, NULL);
+        }
+        *nccl_delay = 0;
+    } else if (!strcmp(what, "graph") && sscanf(line, "%*s %ld %ld", &n, &a) == 2) {
+        *cuda_delay = (unsigned)a;
+        graph_fn f = (graph_fn)sym(cuda, "cuGraphLaunch");
+        for (long i = 0; i < n; i++)
+            f(NULL, NULL);
+        *cuda_delay = 0;
+    } else if ((!strcmp(what, "alloc") || !strcmp(what, "allocasync")) &&
+               sscanf(line, "%*s %ld %ld %ld", &n, &b, &a) == 3) {
+        *cuda_delay = (unsigned)a;
+        unsigned long long ptr = 0;
+        for (long i = 0; i < n; i++) {
+            if (!strcmp(what, "alloc")) {
+                ((alloc_fn)sym(cuda, "cuMemAlloc_v2"))(&ptr, (size_t)b);
+                ((free_fn)sym(cuda, "cuMemFree_v2"))(ptr);
+            } else {
+                ((alloc_async_fn)sym(cuda, "cuMemAllocAsync"))(&ptr, (size_t)b, NULL);
+                ((free_async_fn)sym(cuda, "cuMemFreeAsync"))(ptr, NULL);
+            }
+        }
+        *cuda_delay = 0;
+    } else if (!strcmp(what, "comm") && sscanf(line, "%*s %31s %ld %ld", kind, &n, &a) == 3) {
+        *nccl_delay = (unsigned)a;
+        unique_id id;
+        memset(&id, 0, sizeof id);
+        void *comm = NULL;
+        for (long i = 0; i < n; i++) {
+            if (!strcmp(kind, "init"))
+                ((comm_init_fn)sym(nccl, "ncclCommInitRank"))(&comm, 8, id, 0);
+            else if (!strcmp(kind, "initconfig"))
+                ((comm_init_config_fn)sym(nccl, "ncclCommInitRankConfig"))(&comm, 8, id, 0, NULL);
+            else
+                ((comm_abort_fn)sym(nccl, "ncclCommAbort"))(comm);
         }
         *nccl_delay = 0;
     } else if (!strcmp(what, "group") && sscanf(line, "%*s %ld %ld", &n, &a) == 2) {

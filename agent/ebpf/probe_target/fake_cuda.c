@@ -55,3 +55,16 @@ CUresult cuMemcpyPeer(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr s
                       CUcontext srcContext, size_t ByteCount) {
     fake_calls++; delay(); return 0;
 }
+
+typedef void *CUgraphExec;
+CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) {
+    fake_calls++; delay(); return 0;
+}
+CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize) {
+    fake_calls++; delay(); if (dptr) *dptr = 0x1000; return 0;
+}
+CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream) {
+    fake_calls++; delay(); if (dptr) *dptr = 0x1000; return 0;
+}
+CUresult cuMemFree_v2(CUdeviceptr dptr) { fake_calls++; delay(); return 0; }
+CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream) { fake_calls++; delay(); return 0; }

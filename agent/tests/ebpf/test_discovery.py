@@ -82,8 +82,8 @@ def test_library_kind(path: str, kind: str | None) -> None:
 def test_call_table_matches_the_bpf_program_and_the_vocabulary() -> None:
     source = probes_source()
     defined = set(re.findall(r"^int (\w+)\(struct pt_regs \*ctx\)", source, re.M))
-    defined |= {f"{m}_enter" for m in re.findall(r"^TIMED_CALL\((\w+),", source, re.M)}
-    defined |= {f"{m}_leave" for m in re.findall(r"^TIMED_CALL\((\w+),", source, re.M)}
+    macros = re.findall(r"^(?:TIMED_CALL|NCCL_CALL)\((\w+),", source, re.M)
+    defined |= {f"{m}_enter" for m in macros} | {f"{m}_leave" for m in macros}
     for kind, probes in calls.PROBES.items():
         assert probes, kind
         for probe in probes:
