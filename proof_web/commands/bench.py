@@ -7,6 +7,8 @@
   every console page on a seeded 10,000-GPU fleet.
 - `proof bench screen` (proof_web/commands/bench_screen.py): the batch screen's CPU per
   stored batch.
+- `proof bench scale` (proof_web/commands/bench_scale.py): N ingest processes × M Celery
+  worker processes on this machine, side by side: samples/s and verdict latency (docs/scaling.md).
 - `proof bench fleet-health` (proof_web/commands/bench_fleet_health.py): the days-ahead
   forecast on a simulated fleet over weeks: failures flagged >= 48 h ahead, lead time, false
   drains, the cost of one pass over 10,000 GPUs.
@@ -34,6 +36,10 @@ TARGETS: dict[str, tuple[str, str]] = {
     "screen": (
         "proof_web.commands.bench_screen",
         "the batch screen's CPU per stored batch, per series and per 1,000 GPUs",
+    ),
+    "scale": (
+        "proof_web.commands.bench_scale",
+        "N ingest processes × M Celery workers side by side: samples/s and verdict latency",
     ),
     "fleet-health": (
         "proof_web.commands.bench_fleet_health",
