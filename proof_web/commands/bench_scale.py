@@ -11,7 +11,9 @@ For each pair (N ingest processes, M Celery workers) of `--ingest` × `--workers
 - at the same time one real `proof-agent run` of a simulated node with a hardware fault at
   `--fault-speed` (its data clock runs that much faster than the wall), and the job fan-out sent
   every 2 s as beat would: the verdict latency is the wall time from the moment the fault's
-  first data was played to the incident's creation (data time → wall time by the agent's clock).
+  first data was played to the incident's creation (data time → wall time by the agent's clock),
+  and "after data" from the fault agent's last batch stored before the incident to the incident
+  (the queue's and the evaluation's part alone).
 
 Prints one row per pair. Needs PostgreSQL (DATABASE_URL) and `redis-server` on PATH.
 """
@@ -90,6 +92,7 @@ def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
 def one_run(n_ingest: int, n_workers: int, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     from celery import Celery
 
+    from ingest.models import BatchReceipt
     from investigations.models import Incident
     from tenants import services as tenant_services
     from tenants.context import tenant_context
@@ -193,18 +196,32 @@ def one_run(n_ingest: int, n_workers: int, args: argparse.Namespace, tmp: Path) 
             p.join(timeout=60)
         acked = sum(r[3] * r[2] for r in results)
         flood_s = args.duration if len(results) == args.agents else elapsed
-        latency = None
+        latency = after_data = None
         if incident is not None:
             onset_wall = (
                 fault_started + (incident.first_seen.timestamp() - data_start) / args.fault_speed
             )
             latency = incident.created_at.timestamp() - onset_wall
+            # The pipeline's own part: from the fault agent's last batch stored before the
+            # incident existed to the incident (what the detectors needed had arrived by then).
+            agent_id = (logs / "spool" / "agent_id").read_text().strip()
+            with tenant_context(operator.pk):
+                last = (
+                    BatchReceipt.objects.for_tenant(operator.pk)
+                    .filter(agent_id=agent_id, received_at__lte=incident.created_at)
+                    .order_by("-received_at")
+                    .values_list("received_at", flat=True)
+                    .first()
+                )
+            if last is not None:
+                after_data = (incident.created_at - last).total_seconds()
         return {
             "ingest": n_ingest,
             "workers": n_workers,
             "samples_s": acked / max(flood_s, 1e-9),
             "acked": acked,
             "latency": latency,
+            "after_data": after_data,
         }
     finally:
         app.close()
@@ -236,12 +253,16 @@ def run(args: argparse.Namespace) -> int:
         f"{args.duration:g} s, one {FAULT_SCENARIO} agent at {args.fault_speed:g}× ; "
         f"{os.cpu_count()} CPUs"
     )
-    print(f"{'ingest':>6} {'workers':>7} {'samples/s':>12} {'verdict s':>10} {'load':>11}")
+    print(
+        f"{'ingest':>6} {'workers':>7} {'samples/s':>12} {'verdict s':>10} "
+        f"{'after data s':>12} {'load':>11}"
+    )
     for r in rows:
         lat = "missed" if r["latency"] is None else f"{r['latency']:.1f}"
+        after = "-" if r["after_data"] is None else f"{r['after_data']:.1f}"
         print(
             f"{r['ingest']:>6} {r['workers']:>7} {r['samples_s']:>12,.0f} {lat:>10} "
-            f"{r['load'][0]:>5.1f}→{r['load'][1]:<5.1f}"
+            f"{after:>12} {r['load'][0]:>5.1f}→{r['load'][1]:<5.1f}"
         )
     return 0
 
