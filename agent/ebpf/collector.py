@@ -108,6 +108,7 @@ class EbpfCollector(LoadsOnce[LoadedProgram]):
         detach_budget_s: float = 0.1,
         young_s: float = 60.0,
         idle_recheck_s: float = 60.0,
+        histogram_every_s: float = 10.0,
     ) -> None:
         """`pid_source`, when given, limits library discovery to those processes (e.g. the
         GPU processes NVML lists); by default every process under `proc_root` is looked at.
@@ -122,7 +123,11 @@ class EbpfCollector(LoadsOnce[LoadedProgram]):
         per probe removed, so each `collect()` spends at most about `detach_budget_s` on it.
         Discovery reads the maps of processes younger than `young_s` (by their start time in
         /proc/<pid>/stat) at every rescan, the others every `idle_recheck_s` (those that
-        mapped a probed library included: their libraries are remembered in between)."""
+        mapped a probed library included: their libraries are remembered in between).
+        The latency and collective histograms are read every interval (the maps are slotted
+        with `stats`) but summed here and sent every `histogram_every_s`: per process they
+        are tens of series, which at 1 Hz would cost more to send than everything else the
+        probes report (0 sends them every interval)."""
         self.proc_root = proc_root
         self.node = node or socket.gethostname()
         self.pid_source = pid_source
@@ -156,6 +161,10 @@ class EbpfCollector(LoadsOnce[LoadedProgram]):
         # pid -> {(call, bucket): calls}; pid -> {(call, dtype, size bucket): [calls, ns]}
         self.last_hist: dict[int, dict[tuple[Call, int], int]] = {}
         self.last_colls: dict[int, dict[tuple[Call, int, int], list[int]]] = {}
+        self.histogram_every_s = histogram_every_s
+        self._next_hist_ns = 0
+        self._hist_acc: dict[int, dict[tuple[Call, int], int]] = {}
+        self._colls_acc: dict[int, dict[tuple[Call, int, int], list[int]]] = {}
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -529,8 +538,28 @@ class EbpfCollector(LoadsOnce[LoadedProgram]):
                     emit(bytes_name, agg.bytes)
                 if ms_name is not None:
                     emit(ms_name, agg.total_ns / NS_PER_MS)
-            _emit_histograms(emit, self.last_hist.get(pid), self.last_colls.get(pid))
+        self._accumulate()
+        if now_ns >= self._next_hist_ns:
+            self._next_hist_ns = now_ns + int(self.histogram_every_s * 1e9)
+            for pid in sorted(set(self._hist_acc) | set(self._colls_acc)):
+                emit = _Emitter(records, now, self.node, pid)
+                _emit_histograms(emit, self._hist_acc.get(pid), self._colls_acc.get(pid))
+            self._hist_acc.clear()
+            self._colls_acc.clear()
         return records
+
+    def _accumulate(self) -> None:
+        """Add the last drain's histogram counts to those not yet sent."""
+        for pid, buckets in self.last_hist.items():
+            acc = self._hist_acc.setdefault(pid, {})
+            for key, n in buckets.items():
+                acc[key] = acc.get(key, 0) + n
+        for pid, colls in self.last_colls.items():
+            cacc = self._colls_acc.setdefault(pid, {})
+            for ckey, (n, ns) in colls.items():
+                slot = cacc.setdefault(ckey, [0, 0])
+                slot[0] += n
+                slot[1] += ns
 
 
 # Copies by kind and NCCL collectives by op: (call, labels, (calls, bytes, ms signals)), in the

@@ -170,7 +170,8 @@ def _serve_acks(conn: Any) -> None:
 # --- 8 stand-in GPU processes for the real eBPF probes (separate process) ----------------------
 
 # One second of a training rank's calls, roughly: kernel launches, stream syncs, copies both
-# ways, the FSDP/DDP collectives, pipeline send/recv and NCCL groups (durations in µs).
+# ways, the FSDP/DDP collectives, pipeline send/recv and NCCL groups, CUDA graph launches and
+# a caching allocator's occasional cuMemAlloc/cuMemFree (durations in µs).
 RANK_SECOND = (
     "launch 2000",
     "sync stream 20 200",
@@ -184,6 +185,8 @@ RANK_SECOND = (
     "nccl send 4 4096 7 0",
     "nccl recv 4 4096 7 0",
     "group 4 100",
+    "graph 20 0",
+    "alloc 2 1048576 0",
     "say step {step} | loss {loss:.4f} | tokens/s 31250",
 )
 

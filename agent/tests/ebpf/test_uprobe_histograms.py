@@ -13,6 +13,7 @@ import pytest
 
 from agent.ebpf.collector import EbpfCollector
 from agent.ebpf.probe_target import Built, Driver
+from agent.tests.ebpf.loaded import loaded_or_skip
 from agent.tests.ebpf.test_uprobes import HISTOGRAMS, of_pid, timed_ms
 from contract import signals
 from contract.trace import check_record
@@ -20,6 +21,16 @@ from contract.trace import check_record
 pytestmark = pytest.mark.bpf
 
 Record = dict[str, Any]
+
+
+@pytest.fixture
+def collector() -> Iterator[EbpfCollector]:
+    """Histograms sent at every collect (the agent's default sums them over 10 s)."""
+    yield from loaded_or_skip(
+        EbpfCollector(
+            rescan_interval_s=0.0, node="test-node", detach_grace_s=0.0, histogram_every_s=0.0
+        )
+    )
 
 
 @pytest.fixture
@@ -126,3 +137,23 @@ def test_graph_launches_memory_and_communicators(
     assert values[(signals.NCCL_COMM_ABORTS, None)] == 1
     assert (signals.NCCL_COMM_INIT_MS, None) in values
     assert not HISTOGRAMS & {name for name, _ in values}
+
+
+def test_histograms_are_summed_between_sends(built: Built) -> None:
+    for collector in loaded_or_skip(
+        EbpfCollector(rescan_interval_s=0.0, node="test-node", detach_grace_s=0.0)
+    ):
+        with Driver(built) as driver:
+            collector.collect(time.time())  # attaches; the first send is due at once
+            driver.command("sync stream 3 0")
+            first = collector.collect(time.time())
+            driver.command("sync stream 4 0")
+            second = collector.collect(time.time())
+            # within 10 s of the last send nothing is sent; the counts are kept, not lost
+            assert histogram(first, driver.pid, signals.CUDA_API_LATENCY_CALLS) == {}
+            assert histogram(second, driver.pid, signals.CUDA_API_LATENCY_CALLS) == {}
+            collector._next_hist_ns = 0  # the 10 s have passed
+            third = histogram(
+                collector.collect(time.time()), driver.pid, signals.CUDA_API_LATENCY_CALLS
+            )
+            assert sum(n for (api, _le), n in third.items() if api == "sync_stream") == 7
