@@ -1,10 +1,10 @@
 """`proof bench fleet-health`: the days-ahead forecast (engine/forecast.py) scored on the
 fleet-over-weeks simulator (simulator/fleet_weeks.py).
 
-Every `--every` hours of the 30 simulated days the forecast runs over every GPU, PCIe link,
-NVLink and IB port on the look-back the live task reads (14 days of hourly rollups). A unit
-(a GPU with its PCIe link and NVLink; an IB port) is *drained* the first pass its level is
-drain or urgent. Printed:
+Every `--every` hours (default 1, as the live task runs) of the simulated days the forecast
+runs over every GPU, PCIe link, NVLink and IB port on the look-back the live task reads (14
+days of hourly rollups). A unit (a GPU with its PCIe link and NVLink; an IB port) is
+*drained* the first pass its level is drain or urgent. Printed:
 
 - failures flagged ≥ 48 h ahead (X of Y): the first drain in the 10 days before the failure
   came ≥ 48 h before it (Y counts every failure, sudden ones without a sign included);
@@ -17,7 +17,7 @@ drain or urgent. Printed:
   unit failed within 7 days).
 
     proof bench fleet-health [--gpus 1024] [--days 30] [--failures 80] [--seed 0]
-                             [--every 6] [--json]
+                             [--every 1] [--json]
 """
 
 from __future__ import annotations
@@ -78,7 +78,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--sudden-every", type=int, default=SUDDEN_EVERY, help="every Nth failure has no sign"
     )
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--every", type=int, default=6, help="hours between evaluation passes")
+    parser.add_argument(
+        "--every",
+        type=int,
+        default=1,
+        help="hours between evaluation passes (1: the live schedule's; 6 runs ~4x faster)",
+    )
     parser.add_argument("--cost-gpus", type=int, default=10_000, help="GPUs in the timed pass")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
 
@@ -131,7 +136,7 @@ def pass_at(
     return out
 
 
-def score(fleet: FleetWeeks, every: int = 6) -> dict[str, Any]:
+def score(fleet: FleetWeeks, every: int = 1) -> dict[str, Any]:
     hourly = hourly_values(fleet)
     n = fleet.n_gpus
     # From the first week on (the model needs TREND_DAYS + 1 days; a week gives the quiet
