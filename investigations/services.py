@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-import uuid
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -27,7 +25,7 @@ from django.db.models.functions import Coalesce, Greatest, Least
 
 from ingest import selectors as ingest_selectors
 from ingest.models import TERMINAL_JOB_STATES
-from investigations import live, notifications, pricing, signals, window_cache
+from investigations import cadence, live, notifications, pricing, signals, window_cache
 from investigations.models import (
     GPU_DEGRADING,
     GpuListPrice,
@@ -67,44 +65,6 @@ WINDOW_S = 1800.0
 # periodic problems (a checkpoint stall recurs at each save, typically every 10–60 min);
 # longer keeps a fixed problem open for no reason.
 GRACE_S = 600.0
-# Routine evaluations: at most one per job per 30 s from the ingest signal (the first 10 s
-# after the job's data starts, so it sees those), and the fan-out for any job not evaluated
-# for 30 s. Evaluating every job every few seconds would cost far more than the detection
-# budget (≤ 0.1 core per 1,000 GPUs: a 4-GPU job's evaluation takes ~25 ms of CPU); most jobs,
-# most of the time, are fine and unchanged.
-ROUTINE_S = 30.0
-ROUTINE_COUNTDOWN_S = 10.0
-# A job whose newest batch shows a sign (engine/screen.py: an event, an error line, a counter
-# that moved, a level change, a GPU drifting from its peers) is evaluated within seconds: at
-# most every 2 s, 1 s after the batch (so the other nodes' batches of that second are in).
-URGENT_S = 2.0
-URGENT_COUNTDOWN_S = 1.0
-# An evaluation that found verdicts and changed nothing (no incident created or revised) makes
-# the job routine again for 30 s even while its batches keep showing signs: a known problem
-# (an open incident) does not need re-evaluating every 2 s.
-SETTLED_S = 30.0
-# A job whose signs are only lasting conditions (a GPU throttling, a level changed, a GPU
-# drifting: engine/screen.py) and whose evaluations change nothing is evaluated less and less
-# often: 2, 4, then every 8 s at most, until an evaluation creates or revises an incident, a
-# happening (an event, an error line, a counter that moved) shows, or a minute passes without
-# an unchanged evaluation. A 25-node job shows some such condition on one of its nodes nearly
-# all the time (bench live fleet mode) and stayed on the 2 s cadence: ~4x the evaluations for
-# nothing. 8 s keeps a new fault's verdict within the 20 s target: its evidence takes 4-6 s
-# to gather anyway.
-URGENT_MAX_S = 8.0
-BACKOFF_TTL_S = 60.0
-# ...and never more often than its own cost allows: lasting-sign evaluations of one job may
-# use at most 1% of a core (its last evaluation's CPU / LASTING_CPU_SHARE seconds apart, up to
-# the routine ROUTINE_S). A 4-GPU job's ~20 ms evaluation is not held back by it (2 s); a
-# 200-GPU job's ~350 ms one is (35 s: routine). Lasting signs scale with the GPUs compared: of
-# a 25-node job's 200 GPUs one nearly always drifts or changes level a little, and the fleet
-# bench's five such jobs were evaluated every ~5 s on them (0.35 of its 0.43 cores per 1,000
-# GPUs). A happening (an event, an error line, a counter that moved) is never held by it.
-LASTING_CPU_SHARE = 0.01
-COST_TTL_S = 600.0
-# A fan-out evaluation waiting in the queue keeps the next passes from queueing another for
-# the same job, up to this long (a lost task: the next pass after it queues one again).
-FAN_OUT_QUEUED_S = 60.0
 # A job that stored data in the last 10 min is active (the fan-out evaluates it).
 ACTIVE_S = 600.0
 # GPU time is accounted up to 30 s behind the newest data: batches of a job's nodes arrive
@@ -116,12 +76,6 @@ ACCOUNT_EVERY_S = 30.0
 # data reached within 2 min of them: agents ship every few seconds, so a longer gap means the
 # job is gone (its end never reported) and the node runs something else.
 CONTINUITY_S = 120.0
-# An evaluation holding the lock longer than this is presumed dead (its worker was killed):
-# evaluations take 0.02–0.5 s (a cold cache of a 200-GPU job: a few seconds), and a killed
-# worker's lock must not hold the job's next verdicts back for long. If one ever outlives it,
-# a second evaluation runs beside it, which merging tolerates (unique open incidents,
-# notification claims).
-LOCK_TTL_S = 30.0
 # A verdict revision is kept when the verdict changes in substance: family, category,
 # subject, title or recommendation, or confidence moving by at least this much.
 CONFIDENCE_STEP = 0.05
@@ -192,20 +146,18 @@ def note_job_data(
         # order, so neither holds one the other waits for (docs/ingest.md, "Concurrency").
         for job_pk, (first, last) in sorted(spans.items()):
             _widen_activity(operator_id, job_pk, first, last, now)
-    scheduled: list[tuple[int, float]] = []
-    for pk in spans:
-        if (
-            pk in urgent
-            and cache.get(_settled_key(operator_id, pk)) is None
-            and (pk in prompt or _lasting_due(operator_id, pk))
-            and cache.add(_debounce_key(operator_id, pk, "urgent"), 1, URGENT_S)
-        ):
-            scheduled.append((pk, URGENT_COUNTDOWN_S))
-        elif cache.add(_debounce_key(operator_id, pk, "routine"), 1, ROUTINE_S):
-            scheduled.append((pk, ROUTINE_COUNTDOWN_S))
+    try:
+        scheduled = cadence.plan_evaluations(operator_id, spans, urgent, prompt)
+    except Exception as exc:  # any cache failure: the batch is stored anyway
+        # The cadence lives in the cache (Redis in production). With it down the batch must
+        # still be stored and acked: its evaluation is left to the fan-out, which evaluates
+        # every job whose data no evaluation saw once the broker and cache are back.
+        cadence.cache_unavailable(exc)
+        return []
     for job_pk, countdown in scheduled:
         transaction.on_commit(
-            lambda pk=job_pk, c=countdown: schedule_job_evaluation(operator_id, pk, c)  # type: ignore[misc]
+            lambda pk=job_pk, c=countdown: schedule_job_evaluation(operator_id, pk, c),  # type: ignore[misc]
+            robust=True,  # a broker that is down after the commit: logged, the batch stays acked
         )
     return [pk for pk, _ in scheduled]
 
@@ -242,90 +194,8 @@ def _widen_activity(
         rows.update(**widen)
 
 
-def _key(*parts: object) -> str:
-    """A cache key private to this database: workers of one deployment share it; another
-    deployment or test database on the same Redis does not."""
-    return ":".join(["investigations", str(connection.settings_dict["NAME"]), *map(str, parts)])
-
-
-def _debounce_key(operator_id: int, job_pk: int, kind: str) -> str:
-    return _key("eval-debounce", kind, operator_id, job_pk)
-
-
-def _settled_key(operator_id: int, job_pk: int) -> str:
-    return _key("eval-settled", operator_id, job_pk)
-
-
-def _backoff_key(operator_id: int, job_pk: int) -> str:
-    return _key("eval-backoff", operator_id, job_pk)
-
-
-def _queued_key(operator_id: int, job_pk: int) -> str:
-    return _key("eval-queued", operator_id, job_pk)
-
-
-def claim_fan_out(operator_id: int, job_pk: int) -> bool:
-    """Whether the routine fan-out may enqueue this job's evaluation: not while one it enqueued
-    is still waiting in the queue (cleared when any evaluation of the job is taken from the
-    queue, even one that finds the job busy; lapses after FAN_OUT_QUEUED_S should that task be
-    lost). With the workers behind, each 15 s pass queued the same jobs again, and every copy
-    ran (the fleet bench's probe: 200-GPU jobs evaluated
-    1-10 s apart while the queue was behind)."""
-    return bool(cache.add(_queued_key(operator_id, job_pk), 1, FAN_OUT_QUEUED_S))
-
-
-def _cost_key(operator_id: int, job_pk: int) -> str:
-    return _key("eval-cost", operator_id, job_pk)
-
-
-def _cost_floor(cpu_s: float) -> float:
-    """Seconds between lasting-sign evaluations a job costing `cpu_s` allows (up to the
-    routine pass)."""
-    return min(ROUTINE_S, cpu_s / LASTING_CPU_SHARE)
-
-
-def lasting_interval(operator_id: int, job_pk: int) -> float:
-    """Seconds between evaluations of a job on lasting signs alone: its backed-off interval
-    (URGENT_S doubling to URGENT_MAX_S), and at least what its cost allows
-    (LASTING_CPU_SHARE), up to ROUTINE_S."""
-    backoff = float(cache.get(_backoff_key(operator_id, job_pk)) or URGENT_S)
-    cost = float(cache.get(_cost_key(operator_id, job_pk)) or 0.0)
-    return max(backoff, _cost_floor(cost))
-
-
-def _lasting_due(operator_id: int, job_pk: int) -> bool:
-    """Whether a job whose batch shows only lasting signs is due an urgent evaluation: once
-    per `lasting_interval`, kept apart from the prompt signs' 2 s debounce so that a happening
-    is never held back by a backoff."""
-    interval = max(1, round(lasting_interval(operator_id, job_pk)))  # cache TTLs: whole seconds
-    return bool(cache.add(_debounce_key(operator_id, job_pk, "lasting"), 1, interval))
-
-
-def _note_outcome(
-    operator_id: int, job_pk: int, verdicts: bool, changed: bool, cpu_s: float | None = None
-) -> None:
-    """After an evaluation: its CPU is the job's cost (LASTING_CPU_SHARE); a change resets the
-    job's urgent cadence, an unchanged outcome doubles its interval for lasting signs
-    (URGENT_MAX_S) and, with verdicts, settles it."""
-    if cpu_s is not None:
-        cache.set(_cost_key(operator_id, job_pk), round(cpu_s, 4), COST_TTL_S)
-        floor = _cost_floor(cpu_s)
-        if floor > URGENT_MAX_S:
-            # Counted from this evaluation, whatever brought it (the routine pass, a
-            # happening): a costly job's lasting signs add none within its floor.
-            cache.set(_debounce_key(operator_id, job_pk, "lasting"), 1, round(floor))
-    if changed:
-        cache.delete(_backoff_key(operator_id, job_pk))
-        return
-    key = _backoff_key(operator_id, job_pk)
-    interval = float(cache.get(key) or URGENT_S)
-    cache.set(key, min(URGENT_MAX_S, 2.0 * interval), BACKOFF_TTL_S)  # whole seconds: TTLs
-    if verdicts:
-        cache.set(_settled_key(operator_id, job_pk), 1, SETTLED_S)
-
-
 def schedule_job_evaluation(
-    operator_id: int, job_pk: int, countdown: float = ROUTINE_COUNTDOWN_S
+    operator_id: int, job_pk: int, countdown: float = cadence.ROUTINE_COUNTDOWN_S
 ) -> None:
     """Announce that the job needs an evaluation in `countdown` seconds (the countdown lets it
     see the rest of the debounce period's data too). investigations.tasks answers by enqueuing
@@ -335,26 +205,6 @@ def schedule_job_evaluation(
     signals.evaluation_due.send(
         sender=schedule_job_evaluation, operator_id=operator_id, job_pk=job_pk, countdown=countdown
     )
-
-
-# --- locking -----------------------------------------------------------------------------------
-
-
-@contextmanager
-def evaluation_lock(name: str) -> Iterator[bool]:
-    """A non-blocking lock through the cache: Redis in production (shared by every worker),
-    the process-local cache in the embedded default (where every evaluation runs in one
-    process). `cache.add` is atomic on both. Yields whether it was acquired; the holder's
-    token guards the release, so a lock that expired and was taken over is not released by
-    the first holder."""
-    key = _key("lock", name)
-    token = uuid.uuid4().hex
-    acquired = bool(cache.add(key, token, LOCK_TTL_S))
-    try:
-        yield acquired
-    finally:
-        if acquired and cache.get(key) == token:
-            cache.delete(key)
 
 
 # --- evaluation --------------------------------------------------------------------------------
@@ -371,7 +221,9 @@ class MergeResult:
 
 @dataclass
 class EvaluationResult:
-    status: str  # "evaluated", "busy" (another evaluation holds the lock), "no_data"
+    # "evaluated", "busy" (another evaluation holds the lock), "no_data", "unchanged" (an
+    # evaluation already saw exactly this data and job state)
+    status: str
     verdicts: list[dict[str, Any]] = field(default_factory=list)
     merge: MergeResult = field(default_factory=MergeResult)
     window: tuple[float, float] | None = None
@@ -384,8 +236,8 @@ def evaluate_job(operator_id: int, job_pk: int) -> EvaluationResult:
     embedded SQLite a read transaction that later writes fails if ingest committed meanwhile.
     """
     # Out of the queue, whatever comes of it (busy too: the fan-out may queue the next one).
-    cache.delete(_queued_key(operator_id, job_pk))
-    with evaluation_lock(f"job:{operator_id}:{job_pk}") as acquired:
+    cache.delete(cadence.queued_key(operator_id, job_pk))
+    with cadence.evaluation_lock(f"job:{operator_id}:{job_pk}") as acquired:
         if not acquired:
             return EvaluationResult("busy")
         began_cpu = time.thread_time()
@@ -394,6 +246,12 @@ def evaluate_job(operator_id: int, job_pk: int) -> EvaluationResult:
             activity = JobActivity.objects.for_tenant(operator_id).filter(job_id=job_pk).first()
         if job is None or activity is None:
             return EvaluationResult("no_data")
+        # What this evaluation would see; one that saw exactly this already decided it (a
+        # routine signal's and a fan-out's evaluation queued behind a busy worker, a lock
+        # found free after the other ran): the detectors would only repeat themselves.
+        seen = (activity.last_data_ts, activity.late_batches, job.state, job.ended_at)
+        if cache.get(cadence.seen_key(operator_id, job_pk)) == seen:
+            return EvaluationResult("unchanged")
         t1 = activity.last_data_ts
         t0 = max(activity.first_data_ts, t1 - WINDOW_S)
         ended = job.state in TERMINAL_JOB_STATES
@@ -441,13 +299,15 @@ def evaluate_job(operator_id: int, job_pk: int) -> EvaluationResult:
                     Coalesce(F("usage_through_ts"), Value(usage_through)), Value(usage_through)
                 )
             rows.update(**marks)
-        _note_outcome(
+        cadence.note_outcome(
             operator_id,
             job_pk,
             bool(verdicts),
             bool(merge.created or merge.revised),
             cpu_s=time.thread_time() - began_cpu,
         )
+        if not held:  # a held period is evaluated again when the hold is released
+            cache.set(cadence.seen_key(operator_id, job_pk), seen, cadence.COST_TTL_S)
         return EvaluationResult("evaluated", verdicts, merge, (t0, t1))
 
 
@@ -455,7 +315,7 @@ def evaluate_fleet_health(
     operator_id: int, gpu: str, window_s: float = 6 * 3600.0
 ) -> EvaluationResult:
     """`gpu_degrading` for one GPU over its recent history (one incident per GPU)."""
-    with evaluation_lock(f"gpu:{operator_id}:{gpu}") as acquired:
+    with cadence.evaluation_lock(f"gpu:{operator_id}:{gpu}") as acquired:
         if not acquired:
             return EvaluationResult("busy")
         found = live.detect_gpu(operator_id, gpu, window_s)
@@ -482,12 +342,30 @@ def evaluate_node_health(
     result). Each GPU merges under its own lock, as `evaluate_fleet_health` does: a GPU another
     evaluation holds is `busy` and left to it."""
     results: dict[str, EvaluationResult] = {}
-    for gpu, (t0, t1), verdicts in live.detect_node_gpus(operator_id, hostname, window_s):
-        with evaluation_lock(f"gpu:{operator_id}:{gpu}") as acquired:
+    found = live.detect_node_gpus(operator_id, hostname, window_s)
+    with tenant_context(operator_id):
+        # A GPU with no finding and no open incident has nothing to merge: nearly every GPU
+        # at nearly every pass. Its lock, transaction and merge read were most of a healthy
+        # node's pass (8 GPUs x 5 round trips).
+        with_open = set(
+            Incident.objects.for_tenant(operator_id)
+            .filter(
+                job__isnull=True,
+                family=GPU_DEGRADING,
+                state=IncidentState.OPEN,
+                subject_gpu__in=[gpu for gpu, _, _ in found],
+            )
+            .values_list("subject_gpu", flat=True)
+        )
+    for gpu, (t0, t1), verdicts in found:
+        verdicts = [v for v in verdicts if v.get("family") == GPU_DEGRADING]
+        if not verdicts and gpu not in with_open:
+            results[gpu] = EvaluationResult("evaluated", [], MergeResult(), (t0, t1))
+            continue
+        with cadence.evaluation_lock(f"gpu:{operator_id}:{gpu}") as acquired:
             if not acquired:
                 results[gpu] = EvaluationResult("busy")
                 continue
-            verdicts = [v for v in verdicts if v.get("family") == GPU_DEGRADING]
             with tenant_context(operator_id):
                 _take_write_lock()
                 merge = (

@@ -38,6 +38,7 @@ from django.dispatch import receiver
 
 from investigations import (
     ask_services,
+    cadence,
     explain_services,
     forecast_services,
     selectors,
@@ -76,10 +77,12 @@ def evaluate_node_health(operator_id: int, hostname: str) -> dict[str, str]:
 def fan_out_job_evaluations() -> int:
     """Enqueue evaluate_job for every active job, of every operator, with data no evaluation
     saw in the last ROUTINE_S (the routine pass; signs in a batch bring evaluations forward),
-    unless one this fan-out enqueued is still waiting (services.claim_fan_out). Returns how
-    many it enqueued."""
-    due = selectors.jobs_due_for_evaluation(services.ACTIVE_S, services.ROUTINE_S)
-    queued = [(op, pk) for op, pk in due if services.claim_fan_out(op, pk)]
+    unless its cost holds it longer (cadence.routine_due) or one this fan-out enqueued is
+    still waiting (cadence.claim_fan_out). Returns how many it enqueued."""
+    due = selectors.jobs_due_for_evaluation(services.ACTIVE_S, cadence.ROUTINE_S)
+    queued = [
+        (op, pk) for op, pk in due if cadence.routine_due(op, pk) and cadence.claim_fan_out(op, pk)
+    ]
     for operator_id, job_pk in queued:
         evaluate_job.delay(operator_id, job_pk)
     return len(queued)

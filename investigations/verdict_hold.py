@@ -22,11 +22,11 @@ from django.db.models import Q
 from ingest import selectors as ingest_selectors
 from ingest.models import TERMINAL_JOB_STATES
 from investigations import live, window_cache
+from investigations.cadence import evaluation_lock
 from investigations.models import JobActivity, VerdictHold
 from investigations.services import (
     WINDOW_S,
     _take_write_lock,
-    evaluation_lock,
     merge_verdicts,
 )
 from tenants.context import system_context, tenant_context

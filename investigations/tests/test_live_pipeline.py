@@ -14,7 +14,7 @@ import pytest
 from ingest import services as ingest_services
 from ingest.processing import Limits, decode_batch
 from ingest.tests.helpers import gpu_batch
-from investigations import notifications, selectors, services
+from investigations import cadence, notifications, selectors, services
 from investigations.models import Incident, JobActivity, JobGpuUsage
 from investigations.signals import evaluation_due
 from investigations.tasks import evaluate_fleet_health, evaluate_job, fan_out_job_evaluations
@@ -115,7 +115,7 @@ def test_concurrent_evaluations_of_one_job_run_once(
     expected = len(sim.offline_families[sim.jobs[0]])
     assert expected == 1  # the reference case is found (test above)
     # A held lock: the evaluation is skipped, not queued behind it.
-    with services.evaluation_lock(f"job:{op}:{job}") as acquired:
+    with cadence.evaluation_lock(f"job:{op}:{job}") as acquired:
         assert acquired
         assert services.evaluate_job(op, job).status == "busy"
     statuses: list[str] = []
@@ -162,20 +162,20 @@ def test_ingest_signal_is_debounced_and_a_worker_runs_the_evaluation(
     # countdown that lets it see the job's first seconds; and the batches whose screen showed
     # a sign (the imbalance: GPUs drifting from their peers) announced at most every URGENT_S,
     # to run within seconds.
-    routine = [a for a in announced if a[2] == services.ROUTINE_COUNTDOWN_S]
-    urgent = [a for a in announced if a[2] == services.URGENT_COUNTDOWN_S]
+    routine = [a for a in announced if a[2] == cadence.ROUTINE_COUNTDOWN_S]
+    urgent = [a for a in announced if a[2] == cadence.URGENT_COUNTDOWN_S]
     assert len(routine) == 1
     assert len(routine) + len(urgent) == len(announced)
-    assert len(urgent) <= 1 + stored_in / services.URGENT_S
+    assert len(urgent) <= 1 + stored_in / cadence.URGENT_S
     assert {(o, j) for o, j, _, _ in announced} == {(op, activity.job_id)}
     assert task_worker.wait_idle(120)
     # The worker ran one evaluate_job per announcement, each after its countdown.
     assert task_worker.completed[evaluate_job.name] == len(announced)
     assert task_worker.failures == []
-    assert time.monotonic() - routine[0][3] >= services.ROUTINE_COUNTDOWN_S - 0.5
+    assert time.monotonic() - routine[0][3] >= cadence.ROUTINE_COUNTDOWN_S - 0.5
     with tenant_context(op):
         activity = JobActivity.objects.for_tenant(op).get()
-    if stored_in < services.ROUTINE_COUNTDOWN_S:  # its countdown outlasted the storing
+    if stored_in < cadence.ROUTINE_COUNTDOWN_S:  # its countdown outlasted the storing
         assert activity.evaluated_through_ts == activity.last_data_ts
     assert selectors.jobs_due_for_evaluation(services.ACTIVE_S) == []
     # Live verdicts = `proof analyze` on the same records.

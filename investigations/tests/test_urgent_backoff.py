@@ -13,7 +13,7 @@ from django.core.cache import cache
 from ingest import services as ingest_services
 from ingest.processing import Limits, decode_batch
 from ingest.tests.helpers import gpu_batch
-from investigations import services
+from investigations import cadence, services
 from investigations.signals import evaluation_due
 from investigations.tasks import enqueue_evaluation
 from investigations.tests.live_helpers import job_pk
@@ -46,9 +46,9 @@ def _job(slug: str) -> tuple[int, int]:
     ingest_services.store_batch(op, decode_batch(gpu_batch(job="job-b"), Limits()))
     pk = job_pk(op, "job-b")
     for kind in ("urgent", "lasting", "routine"):
-        cache.delete(services._debounce_key(op, pk, kind))
-    cache.delete(services._backoff_key(op, pk))
-    cache.delete(services._settled_key(op, pk))
+        cache.delete(cadence._debounce_key(op, pk, kind))
+    cache.delete(cadence._backoff_key(op, pk))
+    cache.delete(cadence._settled_key(op, pk))
     return op, pk
 
 
@@ -62,35 +62,35 @@ def _note(op: int, pk: int, capture: Any, *, prompt: bool) -> None:
 
 def test_unchanged_outcomes_double_the_interval_up_to_the_cap_and_a_change_resets_it() -> None:
     op, pk = _job("backoff-a")
-    key = services._backoff_key(op, pk)
+    key = cadence._backoff_key(op, pk)
     steps = []
     for _ in range(4):
-        services._note_outcome(op, pk, verdicts=False, changed=False)
+        cadence.note_outcome(op, pk, verdicts=False, changed=False)
         steps.append(cache.get(key))
     assert steps == [4.0, 8.0, 8.0, 8.0]
-    assert cache.get(services._settled_key(op, pk)) is None  # no verdicts: not settled
-    services._note_outcome(op, pk, verdicts=True, changed=True)
+    assert cache.get(cadence._settled_key(op, pk)) is None  # no verdicts: not settled
+    cadence.note_outcome(op, pk, verdicts=True, changed=True)
     assert cache.get(key) is None
-    assert cache.get(services._settled_key(op, pk)) is None  # changed: not settled either
-    services._note_outcome(op, pk, verdicts=True, changed=False)
-    assert cache.get(services._settled_key(op, pk)) == 1
+    assert cache.get(cadence._settled_key(op, pk)) is None  # changed: not settled either
+    cadence.note_outcome(op, pk, verdicts=True, changed=False)
+    assert cache.get(cadence._settled_key(op, pk)) == 1
 
 
 def test_a_backed_off_job_waits_on_lasting_signs_but_not_on_a_happening(
     announced: list[float], django_capture_on_commit_callbacks: Any
 ) -> None:
     op, pk = _job("backoff-b")
-    services._note_outcome(op, pk, verdicts=False, changed=False)
-    services._note_outcome(op, pk, verdicts=False, changed=False)  # interval now 8 s
+    cadence.note_outcome(op, pk, verdicts=False, changed=False)
+    cadence.note_outcome(op, pk, verdicts=False, changed=False)  # interval now 8 s
     _note(op, pk, django_capture_on_commit_callbacks, prompt=False)
-    assert announced == [services.URGENT_COUNTDOWN_S]
-    time.sleep(services.URGENT_S + 0.2)
+    assert announced == [cadence.URGENT_COUNTDOWN_S]
+    time.sleep(cadence.URGENT_S + 0.2)
     # 2 s later: the 2 s debounce is over, but a lasting sign waits for its 8 s ...
     _note(op, pk, django_capture_on_commit_callbacks, prompt=False)
-    assert announced[1:] == [services.ROUTINE_COUNTDOWN_S]  # the routine pass only
+    assert announced[1:] == [cadence.ROUTINE_COUNTDOWN_S]  # the routine pass only
     # ... while a happening (an event, an error line) is evaluated within seconds.
     _note(op, pk, django_capture_on_commit_callbacks, prompt=True)
-    assert announced[2:] == [services.URGENT_COUNTDOWN_S]
+    assert announced[2:] == [cadence.URGENT_COUNTDOWN_S]
 
 
 def test_without_a_backoff_lasting_signs_keep_the_two_second_cadence(
@@ -98,24 +98,42 @@ def test_without_a_backoff_lasting_signs_keep_the_two_second_cadence(
 ) -> None:
     op, pk = _job("backoff-c")
     _note(op, pk, django_capture_on_commit_callbacks, prompt=False)
-    time.sleep(services.URGENT_S + 0.2)
+    time.sleep(cadence.URGENT_S + 0.2)
     _note(op, pk, django_capture_on_commit_callbacks, prompt=False)
-    assert announced == [services.URGENT_COUNTDOWN_S, services.URGENT_COUNTDOWN_S]
+    assert announced == [cadence.URGENT_COUNTDOWN_S, cadence.URGENT_COUNTDOWN_S]
 
 
 def test_a_costly_job_is_evaluated_on_lasting_signs_no_more_often_than_its_cost_allows() -> None:
     op, pk = _job("backoff-d")
-    assert services.lasting_interval(op, pk) == services.URGENT_S  # nothing known yet
-    # A 4-GPU job's ~20 ms evaluation leaves the backoff alone (2 s, doubling to 8 s) ...
-    services._note_outcome(op, pk, verdicts=False, changed=True, cpu_s=0.02)
-    assert services.lasting_interval(op, pk) == services.URGENT_S
-    # ... a 64-GPU job's 120 ms one spaces lasting-sign evaluations 12 s apart, even right
-    # after a change reset the backoff ...
-    services._note_outcome(op, pk, verdicts=True, changed=True, cpu_s=0.12)
-    assert services.lasting_interval(op, pk) == pytest.approx(12.0)
-    # ... and a 200-GPU job's 350 ms one leaves them to the routine pass.
-    services._note_outcome(op, pk, verdicts=False, changed=False, cpu_s=0.35)
-    assert services.lasting_interval(op, pk) == services.ROUTINE_S
+    assert cadence.lasting_interval(op, pk) == cadence.URGENT_S  # nothing known yet
+    # A 4-GPU job's ~10 ms evaluation leaves the backoff alone (2 s, doubling to 8 s) ...
+    cadence.note_outcome(op, pk, verdicts=False, changed=True, cpu_s=0.01)
+    assert cadence.lasting_interval(op, pk) == cadence.URGENT_S
+    # ... a 64-GPU job's 120 ms one spaces lasting-sign evaluations 24 s apart (0.5% of a
+    # core), even right after a change reset the backoff ...
+    cadence.note_outcome(op, pk, verdicts=True, changed=True, cpu_s=0.12)
+    assert cadence.lasting_interval(op, pk) == pytest.approx(24.0)
+    assert cadence.routine_interval(op, pk) == cadence.ROUTINE_S
+    # ... and a 200-GPU job's 450 ms one 90 s apart, its routine pass too.
+    cadence.note_outcome(op, pk, verdicts=False, changed=False, cpu_s=0.45)
+    assert cadence.lasting_interval(op, pk) == pytest.approx(90.0)
+    assert cadence.routine_interval(op, pk) == pytest.approx(90.0)
+    # Never beyond ROUTINE_MAX_S, however dear (a cold read of a huge job).
+    cadence.note_outcome(op, pk, verdicts=False, changed=False, cpu_s=5.0)
+    assert cadence.routine_interval(op, pk) == cadence.ROUTINE_MAX_S
+
+
+def test_the_routine_pass_waits_for_a_costly_job_but_not_for_a_cheap_one() -> None:
+    op, pk = _job("backoff-j")
+    cache.delete(cadence._evaluated_key(op, pk))
+    assert cadence.routine_due(op, pk)  # never evaluated
+    now = time.time()
+    cadence.note_outcome(op, pk, verdicts=False, changed=True, cpu_s=0.01)
+    assert not cadence.routine_due(op, pk, now=now + 10)
+    assert cadence.routine_due(op, pk, now=now + cadence.ROUTINE_S)
+    cadence.note_outcome(op, pk, verdicts=False, changed=True, cpu_s=0.45)
+    assert not cadence.routine_due(op, pk, now=now + cadence.ROUTINE_S)
+    assert cadence.routine_due(op, pk, now=now + 90)
 
 
 def test_a_costly_job_waits_on_lasting_signs_but_not_on_a_happening(
@@ -123,35 +141,70 @@ def test_a_costly_job_waits_on_lasting_signs_but_not_on_a_happening(
 ) -> None:
     op, pk = _job("backoff-e")
     # A 4-GPU job's evaluation: the next lasting sign is evaluated within seconds.
-    services._note_outcome(op, pk, verdicts=False, changed=True, cpu_s=0.02)
+    cadence.note_outcome(op, pk, verdicts=False, changed=True, cpu_s=0.01)
     _note(op, pk, django_capture_on_commit_callbacks, prompt=False)
-    assert announced == [services.URGENT_COUNTDOWN_S]
+    assert announced == [cadence.URGENT_COUNTDOWN_S]
     # A 200-GPU job's: counted from that evaluation, lasting signs wait the routine pass ...
-    services._note_outcome(op, pk, verdicts=False, changed=True, cpu_s=0.35)
-    time.sleep(services.URGENT_S + 0.2)
+    cadence.note_outcome(op, pk, verdicts=False, changed=True, cpu_s=0.35)
+    time.sleep(cadence.URGENT_S + 0.2)
     _note(op, pk, django_capture_on_commit_callbacks, prompt=False)
-    assert announced[1:] == [services.ROUTINE_COUNTDOWN_S]
-    # ... and a happening does not.
-    time.sleep(services.URGENT_S + 0.2)
+    assert announced[1:] == [cadence.ROUTINE_COUNTDOWN_S]
+    # ... and a happening does not: it is announced at once, to run when the job's cost allows
+    # (HAPPENING_CPU_SHARE: 0.35 s / 5% = 7 s after that evaluation, >= 4.4 s of it gone).
+    time.sleep(cadence.URGENT_S + 0.2)
     _note(op, pk, django_capture_on_commit_callbacks, prompt=True)
-    assert announced[2:] == [services.URGENT_COUNTDOWN_S]
+    assert len(announced) == 3
+    assert cadence.URGENT_COUNTDOWN_S <= announced[2] < 7.0 - 2 * cadence.URGENT_S
+
+
+def test_a_costly_jobs_happenings_are_held_to_its_cost_and_announced_once_per_hold(
+    announced: list[float], django_capture_on_commit_callbacks: Any
+) -> None:
+    op, pk = _job("backoff-h")
+    # A 4-GPU job's ~20 ms evaluation holds nothing: the urgent countdown.
+    cadence.note_outcome(op, pk, verdicts=False, changed=True, cpu_s=0.02)
+    assert cadence.happening_countdown(op, pk) == cadence.URGENT_COUNTDOWN_S
+    # A 200-GPU job's 550 ms one: the next happening runs 11 s after it ...
+    cadence.note_outcome(op, pk, verdicts=False, changed=True, cpu_s=0.55)
+    assert 10.0 < cadence.happening_countdown(op, pk) <= 11.0
+    _note(op, pk, django_capture_on_commit_callbacks, prompt=True)
+    assert len(announced) == 1 and 10.0 < announced[0] <= 11.0
+    # ... and the happenings of the batches meanwhile ask for nothing more than the routine
+    # pass: that one evaluation will see them.
+    time.sleep(cadence.URGENT_S + 0.2)
+    _note(op, pk, django_capture_on_commit_callbacks, prompt=True)
+    _note(op, pk, django_capture_on_commit_callbacks, prompt=True)
+    assert announced[1:] == [cadence.ROUTINE_COUNTDOWN_S]
+
+
+def test_an_evaluation_that_would_see_what_the_last_one_saw_does_not_run() -> None:
+    op, pk = _job("backoff-i")
+    cache.delete(cadence.seen_key(op, pk))
+    assert services.evaluate_job(op, pk).status == "evaluated"
+    # The routine signal's and the fan-out's evaluations of the same data: the second is void.
+    assert services.evaluate_job(op, pk).status == "unchanged"
+    # New data (or a late batch, or the job's state) makes it run again.
+    ingest_services.store_batch(
+        op, decode_batch(gpu_batch(job="job-b", sequence=2, start=time.time() + 5), Limits())
+    )
+    assert services.evaluate_job(op, pk).status == "evaluated"
 
 
 def test_an_evaluation_records_its_cost() -> None:
     op, pk = _job("backoff-f")
-    cache.delete(services._cost_key(op, pk))
+    cache.delete(cadence._cost_key(op, pk))
     result = services.evaluate_job(op, pk)
     assert result.status == "evaluated"
-    cost = cache.get(services._cost_key(op, pk))
+    cost = cache.get(cadence._cost_key(op, pk))
     assert cost is not None and 0 < cost < 5
 
 
 def test_the_fan_out_queues_a_job_once_until_its_evaluation_starts() -> None:
     op, pk = _job("backoff-g")
-    cache.delete(services._queued_key(op, pk))
-    assert services.claim_fan_out(op, pk)
+    cache.delete(cadence.queued_key(op, pk))
+    assert cadence.claim_fan_out(op, pk)
     # The next passes, while that evaluation still waits in the queue: not again.
-    assert not services.claim_fan_out(op, pk)
-    assert not services.claim_fan_out(op, pk)
+    assert not cadence.claim_fan_out(op, pk)
+    assert not cadence.claim_fan_out(op, pk)
     assert services.evaluate_job(op, pk).status == "evaluated"  # it starts: the claim is gone
-    assert services.claim_fan_out(op, pk)
+    assert cadence.claim_fan_out(op, pk)

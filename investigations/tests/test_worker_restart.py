@@ -36,7 +36,7 @@ from typing import Any
 import pytest
 import redis
 
-from investigations import live, pricing, services
+from investigations import cadence, live, pricing, services
 from investigations.models import (
     Incident,
     IncidentState,
@@ -232,7 +232,7 @@ def test_worker_restart_loses_no_verdict_and_duplicates_none(pipeline: Pipeline,
             f"{_activity(op, ja).last_data_ts}, B through {_activity(op, jb).evaluated_through_ts}"
             f" of {_activity(op, jb).last_data_ts}, B's incidents {_incidents(op, jb)}; the "
             f"fresh worker's evaluations answered 'busy' {busy} times; locks left by the killed "
-            f"worker (key: TTL s) {locks_left} (LOCK_TTL_S = {services.LOCK_TTL_S:g})"
+            f"worker (key: TTL s) {locks_left} (LOCK_TTL_S = {cadence.LOCK_TTL_S:g})"
         ) from None
     print(f"kill={kill}: recovered {took:.1f} s after the fresh worker was ready")
 
@@ -284,8 +284,8 @@ def test_an_evaluation_outliving_its_lock_counts_no_gpu_time_twice(pipeline: Pip
     """The other side of a short LOCK_TTL_S: a worker that is slow, not dead (stopped inside an
     evaluation past its lock's expiry) while another process evaluates the job's newer data,
     then finishes its own, older evaluation."""
-    if services.LOCK_TTL_S > 45.0:
-        pytest.skip(f"LOCK_TTL_S = {services.LOCK_TTL_S:g} s: the stall would take that long")
+    if cadence.LOCK_TTL_S > 45.0:
+        pytest.skip(f"LOCK_TTL_S = {cadence.LOCK_TTL_S:g} s: the stall would take that long")
     tenant = make_tenant("restart-stalled")
     op = tenant.operator.pk
     a = SlicedRun(op, "hardware_fault", duration_s=DURATION_S, end_ts=time.time())
@@ -306,7 +306,7 @@ def test_an_evaluation_outliving_its_lock_counts_no_gpu_time_twice(pipeline: Pip
     a.store_all()
     wait_for(
         _evaluated(op, ja),
-        services.LOCK_TTL_S + 30.0,
+        cadence.LOCK_TTL_S + 30.0,
         "another evaluation once the lock expired",
         pipeline.beat,
     )
