@@ -223,14 +223,24 @@ def _lasting_due(operator_id: int, job_pk: int) -> bool:
 
 
 def note_outcome(
-    operator_id: int, job_pk: int, verdicts: bool, changed: bool, cpu_s: float | None = None
+    operator_id: int,
+    job_pk: int,
+    verdicts: bool,
+    changed: bool,
+    cpu_s: float | None = None,
+    *,
+    cold: bool = False,
 ) -> None:
     """After an evaluation: its CPU is the job's cost (JOB_CPU_SHARE); a change resets the
     job's urgent cadence, an unchanged outcome doubles its interval for lasting signs
-    (URGENT_MAX_S) and, with verdicts, settles it."""
+    (URGENT_MAX_S) and, with verdicts, settles it. A `cold` evaluation (the window read from
+    storage in full: a worker's first of the job, after a restart or an eviction) costs
+    several times a warm one and is not the job's cost: it would hold the next ones back by
+    as much."""
     if cpu_s is not None:
-        cache.set(_cost_key(operator_id, job_pk), round(cpu_s, 4), COST_TTL_S)
         cache.set(_evaluated_key(operator_id, job_pk), time.time(), COST_TTL_S)
+    if cpu_s is not None and not cold:
+        cache.set(_cost_key(operator_id, job_pk), round(cpu_s, 4), COST_TTL_S)
         floor = _cost_floor(cpu_s)
         if floor > URGENT_MAX_S:
             # Counted from this evaluation, whatever brought it (the routine pass, a

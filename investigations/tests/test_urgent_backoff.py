@@ -13,7 +13,7 @@ from django.core.cache import cache
 from ingest import services as ingest_services
 from ingest.processing import Limits, decode_batch
 from ingest.tests.helpers import gpu_batch
-from investigations import cadence, services
+from investigations import cadence, services, window_cache
 from investigations.signals import evaluation_due
 from investigations.tasks import enqueue_evaluation
 from investigations.tests.live_helpers import job_pk
@@ -195,6 +195,11 @@ def test_an_evaluation_records_its_cost() -> None:
     cache.delete(cadence._cost_key(op, pk))
     result = services.evaluate_job(op, pk)
     assert result.status == "evaluated"
+    assert cache.get(cadence._evaluated_key(op, pk)) is not None  # when: even a cold one
+    ingest_services.store_batch(
+        op, decode_batch(gpu_batch(job="job-b", sequence=2, start=time.time() + 5), Limits())
+    )
+    assert services.evaluate_job(op, pk).status == "evaluated"  # warm: its cost is recorded
     cost = cache.get(cadence._cost_key(op, pk))
     assert cost is not None and 0 < cost < 5
 
@@ -208,3 +213,23 @@ def test_the_fan_out_queues_a_job_once_until_its_evaluation_starts() -> None:
     assert not cadence.claim_fan_out(op, pk)
     assert services.evaluate_job(op, pk).status == "evaluated"  # it starts: the claim is gone
     assert cadence.claim_fan_out(op, pk)
+
+
+def test_a_cold_evaluation_is_not_the_jobs_cost() -> None:
+    op, pk = _job("backoff-k")
+    cadence.note_outcome(op, pk, verdicts=False, changed=True, cpu_s=0.02)
+    # A worker's first evaluation of the job reads its window in full: several times dearer,
+    # and not what the next, warm ones will cost.
+    cadence.note_outcome(op, pk, verdicts=False, changed=True, cpu_s=0.9, cold=True)
+    assert cache.get(cadence._cost_key(op, pk)) == 0.02
+    assert cadence.routine_interval(op, pk) == cadence.ROUTINE_S
+    # An evaluation of a job whose entry this worker lacks is cold; the next one is warm.
+    window_cache.CACHE.drop(op, "job-b")
+    cache.delete(cadence.seen_key(op, pk))
+    services.evaluate_job(op, pk)
+    assert cache.get(cadence._cost_key(op, pk)) == 0.02  # the cold one left the cost alone
+    ingest_services.store_batch(
+        op, decode_batch(gpu_batch(job="job-b", sequence=3, start=time.time() + 5), Limits())
+    )
+    services.evaluate_job(op, pk)
+    assert cache.get(cadence._cost_key(op, pk)) != 0.02  # the warm one is the cost
