@@ -124,10 +124,10 @@ class EbpfCollector(LoadsOnce[LoadedProgram]):
         Discovery reads the maps of processes younger than `young_s` (by their start time in
         /proc/<pid>/stat) at every rescan, the others every `idle_recheck_s` (those that
         mapped a probed library included: their libraries are remembered in between).
-        The latency and collective histograms are read every interval (the maps are slotted
-        with `stats`) but summed here and sent every `histogram_every_s`: per process they
-        are tens of series, which at 1 Hz would cost more to send than everything else the
-        probes report (0 sends them every interval)."""
+        The latency and collective histograms sum in the kernel on a slot of their own and
+        are read and sent every `histogram_every_s`: per process they are tens of series,
+        which read and sent at 1 Hz would cost more than everything else the probes report
+        (0 reads them at every collect)."""
         self.proc_root = proc_root
         self.node = node or socket.gethostname()
         self.pid_source = pid_source
@@ -157,14 +157,13 @@ class EbpfCollector(LoadsOnce[LoadedProgram]):
         self._unused_since: dict[tuple[str, int], int] = {}  # attached, mapped by no process
         self._detach_queue: dict[tuple[str, int], _Attached] = {}
         self._warn = WarnOnce(log)
-        # What the last drain() read of the `hist` and `colls` maps (see probes.c):
+        # What the last drain_histograms() read of the `hist` and `colls` maps (probes.c):
         # pid -> {(call, bucket): calls}; pid -> {(call, dtype, size bucket): [calls, ns]}
         self.last_hist: dict[int, dict[tuple[Call, int], int]] = {}
         self.last_colls: dict[int, dict[tuple[Call, int, int], list[int]]] = {}
         self.histogram_every_s = histogram_every_s
         self._next_hist_ns = 0
-        self._hist_acc: dict[int, dict[tuple[Call, int], int]] = {}
-        self._colls_acc: dict[int, dict[tuple[Call, int, int], list[int]]] = {}
+        self._hist_slot = 0
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -404,9 +403,21 @@ class EbpfCollector(LoadsOnce[LoadedProgram]):
             for calls, total_ns, max_ns, nbytes in _STAT_VAL.iter_unpack(raw):
                 aggregate.add(calls, total_ns, max_ns, nbytes)
         bpfsys.delete_many(stats, keys, _STAT_KEY.size)
+        return per_pid
+
+    def drain_histograms(self) -> None:
+        """Flip the histograms' own slot (`hist_control`), then read and delete what the
+        probes wrote into the old one, into `last_hist` / `last_colls`."""
+        maps = self._bpf.maps if self._bpf is not None else {}
+        if "hist_control" not in maps:
+            self.last_hist, self.last_colls = {}, {}
+            return
+        old = self._hist_slot
+        self._hist_slot = 1 - old
+        bpfsys.update(maps["hist_control"], _U32.pack(0), _U32.pack(self._hist_slot))
+        time.sleep(self.settle_s)
         self.last_hist = self._drain_hist(old)
         self.last_colls = self._drain_colls(old)
-        return per_pid
 
     def _drain_hist(self, old: int) -> dict[int, dict[tuple[Call, int], int]]:
         maps = self._bpf.maps if self._bpf is not None else {}
@@ -538,28 +549,13 @@ class EbpfCollector(LoadsOnce[LoadedProgram]):
                     emit(bytes_name, agg.bytes)
                 if ms_name is not None:
                     emit(ms_name, agg.total_ns / NS_PER_MS)
-        self._accumulate()
         if now_ns >= self._next_hist_ns:
             self._next_hist_ns = now_ns + int(self.histogram_every_s * 1e9)
-            for pid in sorted(set(self._hist_acc) | set(self._colls_acc)):
+            self.drain_histograms()
+            for pid in sorted(set(self.last_hist) | set(self.last_colls)):
                 emit = _Emitter(records, now, self.node, pid)
-                _emit_histograms(emit, self._hist_acc.get(pid), self._colls_acc.get(pid))
-            self._hist_acc.clear()
-            self._colls_acc.clear()
+                _emit_histograms(emit, self.last_hist.get(pid), self.last_colls.get(pid))
         return records
-
-    def _accumulate(self) -> None:
-        """Add the last drain's histogram counts to those not yet sent."""
-        for pid, buckets in self.last_hist.items():
-            acc = self._hist_acc.setdefault(pid, {})
-            for key, n in buckets.items():
-                acc[key] = acc.get(key, 0) + n
-        for pid, colls in self.last_colls.items():
-            cacc = self._colls_acc.setdefault(pid, {})
-            for ckey, (n, ns) in colls.items():
-                slot = cacc.setdefault(ckey, [0, 0])
-                slot[0] += n
-                slot[1] += ns
 
 
 # Copies by kind and NCCL collectives by op: (call, labels, (calls, bytes, ms signals)), in the

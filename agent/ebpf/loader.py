@@ -31,6 +31,7 @@ MAP_NAMES: tuple[str, ...] = (
     "last_launch",
     "inflight",
     "group_state",
+    "hist_control",
     "hist",
     "colls",
 )

@@ -20,7 +20,8 @@
 //   group_state  LRU hash tid -> ncclGroupStart nesting depth and the outermost start time.
 //   hist         per-CPU hash {pid, call class, slot, bucket} -> calls: every timed call's
 //                duration as a log2 histogram in microseconds (bucket 0: < 1 µs; bucket b:
-//                [2^(b-1), 2^b) µs), per API and process, read-and-cleared like `stats`.
+//                [2^(b-1), 2^b) µs), per API and process, read-and-cleared like `stats`
+//                but on its own slot (`hist_control`), flipped only when user space reads it.
 //   colls        per-CPU hash {pid, collective, slot, dtype, size bucket} -> {calls, total_ns}:
 //                NCCL collectives by op, ncclDataType_t and log2 message-size bucket (bucket
 //                0: 0 bytes; bucket b: [2^(b-1), 2^b) bytes).
@@ -83,6 +84,7 @@ BPF_ARRAY(control, u32, 1);
 BPF_TABLE("lru_hash", u32, u64, last_launch, PROCESS_ENTRIES);
 BPF_TABLE("lru_hash", struct inflight_key, struct inflight_val, inflight, THREAD_ENTRIES);
 BPF_TABLE("lru_hash", u32, struct group_val, group_state, THREAD_ENTRIES);
+BPF_ARRAY(hist_control, u32, 1);
 BPF_F_TABLE("percpu_hash", struct hist_key, u64, hist, HIST_ENTRIES, BPF_F_NO_PREALLOC);
 BPF_F_TABLE("percpu_hash", struct coll_key, struct coll_val, colls, COLL_ENTRIES, BPF_F_NO_PREALLOC);
 
@@ -118,11 +120,19 @@ static __always_inline u8 log2_bucket(u64 v) {
     return b >= HIST_BUCKETS ? HIST_BUCKETS - 1 : (u8)b;
 }
 
+// The slot `hist` and `colls` write into: flipped by user space only when it reads them (every
+// histogram_every_s), not every interval like `control`.
+static __always_inline u8 current_hist_slot(void) {
+    u32 zero = 0;
+    u32 *slot = hist_control.lookup(&zero);
+    return slot ? (u8)*slot : 0;
+}
+
 static __always_inline void account_hist(u32 pid, u16 what, u16 slot, u64 duration_ns) {
     struct hist_key key = {};
     key.pid = pid;
     key.what = what;
-    key.slot = (u8)slot;
+    key.slot = current_hist_slot();
     key.bucket = log2_bucket(duration_ns / 1000);
     u64 zero = 0;
     u64 *count = hist.lookup_or_try_init(&key, &zero);
@@ -135,7 +145,7 @@ static __always_inline void account_coll(
     struct coll_key key = {};
     key.pid = pid;
     key.what = what;
-    key.slot = (u8)slot;
+    key.slot = current_hist_slot();
     key.dtype = dtype > 255 ? 255 : (u8)dtype;
     key.size_bucket = log2_bucket(bytes);
     struct coll_val zero = {};
