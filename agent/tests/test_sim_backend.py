@@ -26,6 +26,7 @@ from agent.runtime.sim_backend import (
     SOURCE_PROCESSES,
     SimBackend,
     SimCollector,
+    SimDcgmSource,
     source_of,
 )
 from contract import signals
@@ -152,7 +153,7 @@ def test_agent_output_equals_the_simulated_run(tmp_path: Path) -> None:
 
 def test_collectors_see_only_what_their_source_knows() -> None:
     backend = SimBackend.from_scenario(TINY, seed=3, duration_s=5, start_ts=T0)
-    by_name: dict[str, SimCollector] = {c.name: c for c in backend.collectors()}
+    by_name: dict[str, SimCollector | SimDcgmSource] = {c.name: c for c in backend.collectors()}
     procs = by_name[SOURCE_PROCESSES].collect(T0)
     assert len(procs) == 4 and all(r["rank"] is not None for r in procs)
     ebpf = by_name[SOURCE_EBPF].collect(T0)
