@@ -239,7 +239,9 @@ def simulate(
             rise = np.linspace(0, SLOWDOWN_C * u**0.1 - temp[gi, seg].mean() + 3, span)
             temp[gi, seg] += rise
             hot = temp[gi, seg] > 80
-            throttled[gi, seg] |= hot & (rng.random(span) < np.clip((temp[gi, seg] - 78) / 10, 0, 1))
+            throttled[gi, seg] |= hot & (
+                rng.random(span) < np.clip((temp[gi, seg] - 78) / 10, 0, 1)
+            )
         elif mode == "pcie":
             inc["pcie"][gi, seg] += _exp_rate(150, 20000 * u, span)
             drop = f_h - int(rng.uniform(1.0, 2.0) * HOURS_PER_DAY)
