@@ -224,10 +224,14 @@ class JobActivity(TenantOwned):
     evaluated_at = models.DateTimeField(null=True, blank=True)
     usage_through_ts = models.FloatField(null=True, blank=True)
     # Batches whose data began well before the newest data already seen (an agent shipping its
-    # spool after an outage), and the first sample time of the latest: a worker that keeps the
-    # job's recent data (investigations/window_cache.py) re-reads from there.
+    # spool after an outage, batches stored out of order while ingest is behind), and the
+    # earliest first sample time of those counted after `late_consumed`: an evaluation whose
+    # cached window (investigations/window_cache.py) holds every late batch up to at least
+    # `late_consumed` re-reads from there, and then marks them consumed (late_first_ts
+    # cleared, late_consumed = late_batches, if no other came meanwhile).
     late_batches = models.IntegerField(default=0)
     late_first_ts = models.FloatField(null=True, blank=True)
+    late_consumed = models.IntegerField(default=0)
 
     customer_path: ClassVar[str | None] = "job__customer"
 

@@ -177,7 +177,12 @@ def _widen_activity(
         "last_data_ts": Greatest(F("last_data_ts"), Value(last)),
         "received_at": now,
         "late_batches": Case(When(late, then=F("late_batches") + 1), default=F("late_batches")),
-        "late_first_ts": Case(When(late, then=Value(first)), default=F("late_first_ts")),
+        # The earliest since the last consumption (an evaluation clears it): a worker that
+        # missed several late batches re-reads from the oldest of them, not from the newest.
+        "late_first_ts": Case(
+            When(late, then=Least(Coalesce(F("late_first_ts"), Value(first)), Value(first))),
+            default=F("late_first_ts"),
+        ),
     }
     if rows.update(**widen):
         return
@@ -262,7 +267,9 @@ def evaluate_job(operator_id: int, job_pk: int) -> EvaluationResult:
             t0,
             t1,
             job_state=(job.state, job.ended_at, job.world_size, job.rerun_of),
-            late=window_cache.LateData(activity.late_batches, activity.late_first_ts),
+            late=window_cache.LateData(
+                activity.late_batches, activity.late_first_ts, activity.late_consumed
+            ),
             span=(activity.first_data_ts, activity.last_data_ts),
         )
         settle = t1 if ended else t1 - SETTLE_S
@@ -300,6 +307,13 @@ def evaluate_job(operator_id: int, job_pk: int) -> EvaluationResult:
                     Coalesce(F("usage_through_ts"), Value(usage_through)), Value(usage_through)
                 )
             rows.update(**marks)
+            if activity.late_batches != activity.late_consumed:
+                # This worker's entry now holds every late batch counted so far: the next
+                # ones are told apart from them (unless one came meanwhile: then the earliest
+                # still covers both).
+                rows.filter(late_batches=activity.late_batches).update(
+                    late_first_ts=None, late_consumed=activity.late_batches
+                )
         cadence.note_outcome(
             operator_id,
             job_pk,

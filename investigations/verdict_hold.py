@@ -140,7 +140,9 @@ def _replay_locked(operator_id: int, job_pk: int, since_ts: float) -> tuple[int,
             t0,
             t1,
             job_state=(job.state, job.ended_at, job.world_size, job.rerun_of),
-            late=window_cache.LateData(activity.late_batches, activity.late_first_ts),
+            late=window_cache.LateData(
+                activity.late_batches, activity.late_first_ts, activity.late_consumed
+            ),
             span=(activity.first_data_ts, activity.last_data_ts),
         )
         with transaction.atomic(), tenant_context(operator_id):

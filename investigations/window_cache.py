@@ -13,9 +13,10 @@ each evaluation reads only what arrived since, plus an overlap:
   cached samples from that point on: batches of one job's nodes come from different agents a
   few seconds apart, so the newest seconds are re-read until every node's batch is in.
 - **Late batches.** A batch older than the overlap (an agent shipping its spool after a
-  network outage) is counted by ingest's signal in `JobActivity.late_batches` with its first
-  timestamp; an entry that sees the count move re-reads from that timestamp (or in full when
-  it missed more than one). Nothing accepted is ever left out of a window for good: after a
+  network outage) is counted by ingest's signal in `JobActivity.late_batches`, with the
+  earliest first timestamp of those counted since an evaluation last consumed them; an entry
+  that sees the count move re-reads from that timestamp (in full when another worker consumed
+  late batches this entry never saw). Nothing accepted is ever left out of a window for good: after a
   restart, or for a job this worker has not seen, the entry is built from storage in full.
 - **Bounded.** Samples older than the window are dropped as the window moves, and the entries
   together hold at most `PROOF_EVAL_CACHE_SAMPLES` samples (16 bytes each): the least recently
@@ -69,7 +70,9 @@ class LateData:
     """What ingest recorded of batches older than the overlap (JobActivity)."""
 
     batches: int = 0
-    first_ts: float | None = None  # first sample time of the latest such batch
+    # The earliest first sample time of those counted after `consumed` (None: none since).
+    first_ts: float | None = None
+    consumed: int = 0
 
 
 @dataclass
@@ -275,7 +278,11 @@ class CachedIngestStore:
         full = t0 < e.start or not np.isfinite(e.through) or t1 < e.through
         cutoff = e.through - OVERLAP_S
         if late.batches != e.late_batches:
-            if late.batches == e.late_batches + 1 and late.first_ts is not None:
+            # The entry holds every late batch up to e.late_batches; those it lacks are all
+            # counted after `consumed` when e.late_batches >= consumed, and none of them began
+            # before late.first_ts. Otherwise (another worker consumed some this entry never
+            # saw) the window is read in full.
+            if e.late_batches >= late.consumed and late.first_ts is not None:
                 cutoff = min(cutoff, late.first_ts)
             else:
                 full = True

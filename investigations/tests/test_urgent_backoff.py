@@ -14,9 +14,11 @@ from ingest import services as ingest_services
 from ingest.processing import Limits, decode_batch
 from ingest.tests.helpers import gpu_batch
 from investigations import cadence, services, window_cache
+from investigations.models import JobActivity
 from investigations.signals import evaluation_due
 from investigations.tasks import enqueue_evaluation
 from investigations.tests.live_helpers import job_pk
+from tenants.context import tenant_context
 from tenants.testing import make_tenant
 
 pytestmark = pytest.mark.django_db
@@ -233,3 +235,25 @@ def test_a_cold_evaluation_is_not_the_jobs_cost() -> None:
     )
     services.evaluate_job(op, pk)
     assert cache.get(cadence._cost_key(op, pk)) != 0.02  # the warm one is the cost
+
+
+def test_an_evaluation_consumes_the_late_batches_its_window_read() -> None:
+    op, pk = _job("backoff-l")
+    services.evaluate_job(op, pk)
+    # Two batches from well before the newest data (stored out of order): counted, the earliest
+    # kept; the next evaluation reads them and marks them consumed.
+    for seq, back in ((5, 60), (6, 90)):
+        ingest_services.store_batch(
+            op,
+            decode_batch(
+                gpu_batch(job="job-b", sequence=seq, seconds=5, start=time.time() - back), Limits()
+            ),
+        )
+    with tenant_context(op):
+        a = JobActivity.objects.for_tenant(op).get(job_id=pk)
+    assert (a.late_batches, a.late_consumed) == (2, 0)
+    assert a.late_first_ts == pytest.approx(time.time() - 90, abs=5)
+    assert services.evaluate_job(op, pk).status == "evaluated"
+    with tenant_context(op):
+        a = JobActivity.objects.for_tenant(op).get(job_id=pk)
+    assert (a.late_batches, a.late_consumed, a.late_first_ts) == (2, 2, None)

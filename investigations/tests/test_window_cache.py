@@ -87,7 +87,7 @@ def _cached(op: int, cache: WindowCache, *, now: float | None = None) -> CachedI
         _spans(op, [JOB]),
         a.first_data_ts,
         a.last_data_ts,
-        late=LateData(a.late_batches, a.late_first_ts),
+        late=LateData(a.late_batches, a.late_first_ts, a.late_consumed),
         cache=cache,
         now=now,
     )
@@ -143,6 +143,25 @@ def test_delta_reads_serve_what_a_full_read_gives_late_batches_included() -> Non
     clocks = [v for info, v in got.items() if info.name == signals.DCGM_FI_DEV_SM_CLOCK]
     assert clocks and all(len(ts) == 10 for ts, _ in clocks)
     assert later.entry.full_reads == 1
+    # Several late batches before the next evaluation (ingest behind, batches stored out of
+    # order): the count moves by more than one and the earliest of them is where the re-read
+    # starts; still no full read, still exactly what storage holds.
+    _store(op, 21, base + 40, seconds=5, names=(signals.DCGM_FI_DEV_FB_USED,))
+    _store(op, 22, base + 5, seconds=5, names=(signals.DCGM_FI_DEV_FB_USED,))
+    _store(op, 23, base + 25, seconds=5, names=(signals.DCGM_FI_DEV_FB_USED,))
+    a = _activity(op)
+    assert a.late_batches == 4
+    assert a.late_first_ts == pytest.approx(base + 5, abs=1e-3)  # the earliest, not the newest
+    again = _cached(op, cache, now=time.monotonic() + 120)
+    assert _by_info(again.job_series(JOB, a.first_data_ts, a.last_data_ts)) == _full(op)
+    assert again.entry.full_reads == 1
+    # Late batches another worker consumed and this entry never saw: read in full.
+    with tenant_context(op):
+        JobActivity.objects.for_tenant(op).filter(pk=a.pk).update(
+            late_consumed=6, late_batches=7, late_first_ts=None
+        )
+    missed = _cached(op, cache, now=time.monotonic() + 180)
+    assert missed.entry.full_reads == 2
 
 
 def test_entries_are_bounded_least_recently_evaluated_first() -> None:
