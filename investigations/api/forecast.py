@@ -21,6 +21,7 @@ from tenants.api.permissions import IsOperatorPrincipal
 from tenants.api.schema import ProofAutoSchema
 
 _FORECAST_EXAMPLE = {
+    "id": 1042,
     "kind": "gpu",
     "key": "GPU-5f3c…",
     "node": "gpu-node-07",
@@ -62,6 +63,7 @@ class ForecastQuery(serializers.Serializer[dict[str, Any]]):
 
 
 class ForecastSerializer(serializers.Serializer[dict[str, Any]]):
+    id = serializers.IntegerField(help_text="The forecast's id: GET /api/v1/forecasts/<id>/")
     kind = serializers.CharField()
     key = serializers.CharField()
     node = serializers.CharField()
@@ -80,6 +82,7 @@ class ForecastSerializer(serializers.Serializer[dict[str, Any]]):
 def forecast_fields(row: ComponentForecast) -> dict[str, Any]:
     result = row.result or {}
     return {
+        "id": row.pk,
         "kind": row.kind,
         "key": row.key,
         "node": row.node,

@@ -161,8 +161,20 @@ class AnnotationQuery(serializers.Serializer[Any]):
 
 
 _ANNOTATION_PARAMS = [
-    OpenApiParameter("from", OpenApiTypes.INT, required=True, description="epoch ms"),
-    OpenApiParameter("to", OpenApiTypes.INT, required=True, description="epoch ms"),
+    OpenApiParameter(
+        "from",
+        OpenApiTypes.INT,
+        required=True,
+        description="epoch ms",
+        examples=[OpenApiExample("1 Dec 2026 00:00 UTC", value=1796083200000)],
+    ),
+    OpenApiParameter(
+        "to",
+        OpenApiTypes.INT,
+        required=True,
+        description="epoch ms",
+        examples=[OpenApiExample("8 Dec 2026 00:00 UTC", value=1796688000000)],
+    ),
     OpenApiParameter("family", OpenApiTypes.STR, description="only this failure family"),
     OpenApiParameter("category", OpenApiTypes.STR, description="only this category"),
     OpenApiParameter("limit", OpenApiTypes.INT, description="at most this many (500; up to 1000)"),

@@ -28,6 +28,7 @@ from typing import Any
 import pytest
 import requests
 import schemathesis
+from django.utils import timezone
 from hypothesis import HealthCheck, Phase, given, settings
 from schemathesis.checks import not_a_server_error
 from schemathesis.core.result import Ok
@@ -43,7 +44,7 @@ from ingest.processing import Limits, decode_batch
 from ingest.tests.helpers import gpu_batch
 from investigations import ask_services
 from investigations import services as investigation_services
-from investigations.models import Incident, JobGpuUsage
+from investigations.models import ComponentForecast, Incident, JobGpuUsage
 from investigations.tests.live_helpers import job_pk, verdict
 from notify import services as notify_services
 from tenants import services as tenant_services
@@ -168,6 +169,25 @@ def _seed(tenant: Tenant, prefix: str) -> None:
     # A question about it (its answer task is enqueued on the test's in-memory broker and never
     # run: the row stays pending, which is a state the API serves).
     ask_services.do_ask(admin, incident.public_id, "Which rank is slow?")
+    # A days-ahead forecast of one of its GPUs (the hourly pass writes these; docs/fleet-health.md).
+    now = timezone.now()
+    with tenant_context(tenant.operator.pk):
+        ComponentForecast.objects.create(
+            operator_id=tenant.operator.pk,
+            kind="gpu",
+            key=f"GPU-{prefix}-node-0-0",
+            node=f"{prefix}-node-0",
+            gpu=f"GPU-{prefix}-node-0-0",
+            level="watch",
+            risk_1d=0.05,
+            risk_3d=0.2,
+            risk_7d=0.4,
+            ttf_hours=120.0,
+            summary="correctable remaps rising",
+            result={"evidence": [], "daily": {}},
+            evaluated_at=now,
+            level_since=now,
+        )
 
 
 @pytest.fixture
