@@ -162,6 +162,11 @@ def _cost_key(operator_id: int, job_pk: int) -> str:
     return _key("eval-cost", operator_id, job_pk)
 
 
+def _cost(operator_id: int, job_pk: int) -> float:
+    """The job's last warm evaluation's thread CPU (0: not known)."""
+    return float(cache.get(_cost_key(operator_id, job_pk)) or 0.0)
+
+
 def _evaluated_key(operator_id: int, job_pk: int) -> str:
     return _key("eval-at", operator_id, job_pk)
 
@@ -175,7 +180,7 @@ def happening_countdown(operator_id: int, job_pk: int, now: float | None = None)
     countdown, or later while its last evaluation is less than its cost / HAPPENING_CPU_SHARE
     behind."""
     now = time.time() if now is None else now
-    cost = float(cache.get(_cost_key(operator_id, job_pk)) or 0.0)
+    cost = _cost(operator_id, job_pk)
     last = cache.get(_evaluated_key(operator_id, job_pk))
     if last is None or cost <= 0:
         return URGENT_COUNTDOWN_S
@@ -191,7 +196,7 @@ def _cost_floor(cpu_s: float) -> float:
 def routine_interval(operator_id: int, job_pk: int) -> float:
     """Seconds between routine evaluations of a job: ROUTINE_S, or longer for a job whose
     evaluation costs more than JOB_CPU_SHARE of a core at that cadence (up to ROUTINE_MAX_S)."""
-    cost = float(cache.get(_cost_key(operator_id, job_pk)) or 0.0)
+    cost = _cost(operator_id, job_pk)
     return max(ROUTINE_S, _cost_floor(cost))
 
 
@@ -210,7 +215,7 @@ def lasting_interval(operator_id: int, job_pk: int) -> float:
     (URGENT_S doubling to URGENT_MAX_S), and at least what its cost allows (JOB_CPU_SHARE),
     up to ROUTINE_MAX_S."""
     backoff = float(cache.get(_backoff_key(operator_id, job_pk)) or URGENT_S)
-    cost = float(cache.get(_cost_key(operator_id, job_pk)) or 0.0)
+    cost = _cost(operator_id, job_pk)
     return max(backoff, _cost_floor(cost))
 
 

@@ -260,7 +260,8 @@ def evaluate_job(operator_id: int, job_pk: int) -> EvaluationResult:
         t1 = activity.last_data_ts
         t0 = max(activity.first_data_ts, t1 - WINDOW_S)
         ended = job.state in TERMINAL_JOB_STATES
-        full_reads = window_cache.CACHE.entry(operator_id, job.job_id).full_reads
+        entry = window_cache.CACHE.entry(operator_id, job.job_id)
+        full_reads = entry.full_reads
         window, verdicts = live.detect_job(
             operator_id,
             job.job_id,
@@ -320,7 +321,7 @@ def evaluate_job(operator_id: int, job_pk: int) -> EvaluationResult:
             bool(verdicts),
             bool(merge.created or merge.revised),
             cpu_s=time.thread_time() - began_cpu,
-            cold=window_cache.CACHE.entry(operator_id, job.job_id).full_reads != full_reads,
+            cold=entry.full_reads != full_reads,
         )
         if not held:  # a held period is evaluated again when the hold is released
             cache.set(cadence.seen_key(operator_id, job_pk), seen, cadence.COST_TTL_S)

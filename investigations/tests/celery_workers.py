@@ -195,7 +195,7 @@ def _empty(client: Any) -> None:
 
 
 def wait_for(
-    done: Callable[[], bool], timeout: float, what: str, tick: Callable[[], None] | None = None
+    done: Callable[[], object], timeout: float, what: str, tick: Callable[[], None] | None = None
 ) -> float:
     """Poll `done` (calling `tick` each round, e.g. the test's beat) until true; the seconds it
     took. Raises AssertionError naming `what` on timeout."""

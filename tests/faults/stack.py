@@ -30,16 +30,14 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 from urllib.parse import quote
 
 from django.db import connection
 
 from investigations.models import Incident, JobActivity
 from investigations.tests import worker_hold
-from investigations.tests.celery_workers import Worker, sender
+from investigations.tests.celery_workers import Worker, sender, wait_for
 from tenants.context import tenant_context
 
 REPO = Path(__file__).resolve().parents[2]
@@ -51,24 +49,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def wait_until(
-    done: Callable[[], Any],
-    timeout: float,
-    what: str,
-    tick: Callable[[], None] | None = None,
-) -> float:
-    """Poll `done` (calling `tick` each round) until it is true; the seconds it took."""
-    began = time.monotonic()
-    while True:
-        if tick is not None:
-            tick()
-        if done():
-            return time.monotonic() - began
-        if time.monotonic() - began > timeout:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(0.2)
 
 
 class TcpProxy:
@@ -164,7 +144,7 @@ class RedisServer:
         argv += ["--save", "", "--appendonly", "no", "--dir", str(self.directory)]
         argv += ["--logfile", str(self.directory / "redis.log")]
         self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL)
-        wait_until(self.answers, 20.0, "the private redis-server to answer")
+        wait_for(self.answers, 20.0, "the private redis-server to answer")
 
     def answers(self) -> bool:
         try:
@@ -252,7 +232,7 @@ class IngestProcess:
                 raise AssertionError(f"ingest exited: {path.read_text()[-3000:]}")
             return "ingest: listening on" in path.read_text(errors="replace")
 
-        wait_until(listening, 60.0, "ingest to listen")
+        wait_for(listening, 60.0, "ingest to listen")
 
     def kill(self) -> None:
         """SIGKILL mid-stream: queued batches, open transactions and unsent acks are lost."""

@@ -28,6 +28,7 @@ from contract.trace import validate_trace
 from contract.wire import ingest_pb2
 from ingest.models import Job
 from investigations.models import JobActivity, NotificationLog
+from investigations.tests.celery_workers import wait_for
 from tenants.context import tenant_context
 from tests.agentproc import AgentProcess, dead_letter, read_spool
 from tests.faults.stack import (
@@ -35,7 +36,6 @@ from tests.faults.stack import (
     activities,
     evaluated_through_last_data,
     incidents,
-    wait_until,
 )
 from tests.helpers import agent_token, receipts, stored, stored_samples
 
@@ -92,7 +92,7 @@ def assert_exactly_once(stack: Stack, operator: int) -> int:
     agent_id = (spool_dir / "agent_id").read_text().strip()
     collected = validate_trace(stack.tmp / "sent.jsonl").counts["sample"]
     assert collected > 0
-    wait_until(lambda: stored(operator) == (collected, spool.batches), 30.0, "every batch stored")
+    wait_for(lambda: stored(operator) == (collected, spool.batches), 30.0, "every batch stored")
     time.sleep(1.0)  # anything still in flight would show now
     assert receipts(operator) == [(agent_id, seq) for seq in range(1, spool.batches + 1)]
     assert stored_samples(operator) == collected
@@ -103,7 +103,7 @@ def assert_verdict_after(stack: Stack, operator: int, since: float) -> None:
     """The fault's incident is open, every job evaluated through its last data by an
     evaluation that ran after `since` (wall time), and each incident announced once."""
     try:
-        wait_until(
+        wait_for(
             lambda: (
                 any(i.family == FAMILY for i in incidents(operator))
                 and evaluated_through_last_data(operator)
@@ -139,7 +139,7 @@ def test_ingest_sigkilled_mid_stream(stack: Stack) -> None:
     stack.start_worker().wait_ready()
     agent = start_agent(stack, token, duration=120, speed=6)
     try:
-        wait_until(lambda: stored(operator)[1] >= 5, 60.0, "5 batches stored", stack.beat)
+        wait_for(lambda: stored(operator)[1] >= 5, 60.0, "5 batches stored", stack.beat)
         stack.ingest.kill()  # mid-stream: batches in its queue and in flight are lost with it
         killed = stored(operator)
         time.sleep(3.0)
@@ -163,7 +163,7 @@ def test_postgres_connections_cut_then_back(stack: Stack) -> None:
     stack.start_worker().wait_ready()
     agent = start_agent(stack, token, duration=120, speed=6)
     try:
-        wait_until(lambda: stored(operator)[1] >= 5, 60.0, "5 batches stored", stack.beat)
+        wait_for(lambda: stored(operator)[1] >= 5, 60.0, "5 batches stored", stack.beat)
         stack.pg.cut()
         time.sleep(10.0)
         stack.pg.restore()
@@ -187,7 +187,7 @@ def test_redis_down_for_a_minute(stack: Stack) -> None:
     worker.wait_ready()
     agent = start_agent(stack, token, duration=3 * (REDIS_DOWN_S + 25), speed=3)
     try:
-        wait_until(lambda: stored(operator)[1] >= 5, 60.0, "5 batches stored", stack.beat)
+        wait_for(lambda: stored(operator)[1] >= 5, 60.0, "5 batches stored", stack.beat)
         stack.redis.kill()
         down_at = time.monotonic()
         during = stored(operator)
@@ -227,11 +227,11 @@ def test_worker_sigkilled_mid_evaluation(stack: Stack) -> None:
     first.wait_ready()
     agent = start_agent(stack, token, duration=120, speed=6)
     try:
-        wait_until(lambda: stored(operator)[1] >= 3, 60.0, "3 batches stored", stack.beat)
-        wait_until(lambda: job_ids(operator), 30.0, "the simulated job stored")
+        wait_for(lambda: stored(operator)[1] >= 3, 60.0, "3 batches stored", stack.beat)
+        wait_for(lambda: job_ids(operator), 30.0, "the simulated job stored")
         [job] = job_ids(operator)
         stack.hold(job)
-        wait_until(stack.held, 60.0, "an evaluation of the job in flight", stack.beat)
+        wait_for(stack.held, 60.0, "an evaluation of the job in flight", stack.beat)
         first.kill()
         stack.release()
         second = stack.start_worker()
@@ -273,7 +273,7 @@ def test_two_hour_outage_accelerated(stack: Stack) -> None:
         stack, token, duration=7200, speed=0, interval=30, scenario="healthy_training"
     )
     try:
-        wait_until(
+        wait_for(
             lambda: read_spool(spool_dir).batches >= 240, 120.0, "two hours of batches spooled"
         )
         time.sleep(1.0)  # the last interval (the run's end) appended too
@@ -292,7 +292,7 @@ def test_two_hour_outage_accelerated(stack: Stack) -> None:
     assert after.pending_batches == 0 and after.batches > spooled.batches
     collected = outage_samples + validate_trace(stack.tmp / "sent.jsonl").counts["sample"]
     agent_id = (spool_dir / "agent_id").read_text().strip()
-    wait_until(lambda: stored(operator) == (collected, after.batches), 30.0, "every batch stored")
+    wait_for(lambda: stored(operator) == (collected, after.batches), 30.0, "every batch stored")
     time.sleep(1.0)
     assert receipts(operator) == [(agent_id, seq) for seq in range(1, after.batches + 1)]
     assert stored_samples(operator) == collected
