@@ -93,9 +93,12 @@ def test_periodic_tasks_run_on_the_worker_at_their_periods(ran: list[tuple[str, 
         "slow": Periodic("proof_web.tests.record", 0.5, "test", {"tag": "slow"}),
     }
     runner = TaskRunner(schedule)
+    # Taken before start(): start arms the plan and then starts the worker, which on a loaded
+    # machine takes long enough (65 ms in CI) that a clock read after it made the first "slow"
+    # look early (0.435 s).
+    started = time.monotonic()
     runner.start()
     try:
-        started = time.monotonic()
         with pytest.raises(RuntimeError, match="another in-process task runner"):
             TaskRunner({}).start()
         time.sleep(2.1)
