@@ -11,10 +11,11 @@ Each trace goes through the real path: simulate → write the trace file → rea
 `--time-to-verdict [--prefix-step S]`: per matched run, the trace's prefixes ending at the
 injected onset + k·S (data time) are analyzed as a live evaluation at that moment would be
 (`engine.prefixes`), and onset→verdict = the first prefix end whose verdicts include the truth's
-family − the onset; p50/p90/max per family in data seconds (resolution S). With
-`--prefix-alarms`, every prefix of every run (healthy controls included, ends aligned to the
-onset) is analyzed instead, and a verdict of another family — or of the truth's family before
-its onset — on any prefix is counted as a prefix false alarm: what a live evaluation would open.
+family naming the truth's subject − the onset; p50/p90/max per family in data seconds
+(resolution S). With `--prefix-alarms`, every prefix of every run (healthy controls included,
+ends aligned to the onset) is analyzed instead, and a verdict of another family — or of the
+truth's family before its onset, or about another subject — on any prefix is counted as a
+prefix false alarm: what a live evaluation would open.
 """
 
 from __future__ import annotations
@@ -32,7 +33,13 @@ import numpy as np
 from contract.cli import NumberOption, add_number_options
 from engine.analyze import analyze
 from engine.detectors.common import GPU_TIME_FAMILIES, SLOWDOWN_FAMILIES
-from engine.prefixes import families_at, first_verdict_at, prefix_ends
+from engine.prefixes import (
+    first_verdict_at,
+    names_subject,
+    prefix_ends,
+    subject_matches,
+    verdicts_at,
+)
 from engine.store import TraceStore
 from simulator import list_scenarios, simulate
 from simulator.cli import run_options
@@ -83,13 +90,6 @@ class FamilyScore:
         return self.tp / (self.tp + self.fn) if self.tp + self.fn else float("nan")
 
 
-def subject_matches(truth: dict[str, Any] | None, got: dict[str, Any]) -> bool:
-    """Every field the truth names (non-null) is the verdict's."""
-    if not truth:
-        return True
-    return all(got.get(k) == v for k, v in truth.items() if v is not None)
-
-
 def run_one(
     scenario: str,
     seed: int,
@@ -112,21 +112,31 @@ def run_one(
     truth = dict(sim.meta.get("truth") or {})
     o = Outcome(scenario, seed, truth, verdicts, 0.0)
     fam, onset = truth.get("family"), truth.get("onset")
+    subj = truth.get("subject")
     if prefix_step and prefix_alarms:
         lo, hi = store.time_range()
         on = float(onset) if onset is not None else None
         first = lo + ((on - lo) % prefix_step if on is not None and on > lo else prefix_step)
         matched = fam in {v["family"] for v in verdicts}
         for t1 in prefix_ends(first, hi, prefix_step):
-            got = families_at(store, t1)
+            vs = verdicts_at(store, t1)
+            got = {v["family"] for v in vs}
             late = on is not None and t1 >= on
             o.prefix_alarms |= got - {fam} if late else got
-            if matched and late and fam in got and o.time_to_verdict is None:
+            if not late or fam is None:
+                continue
+            # The truth's family about another subject (a healthy rank named the straggler)
+            # is a wrong verdict too, not an early right one.
+            if any(
+                v["family"] == fam and not subject_matches(subj, v.get("subject") or {}) for v in vs
+            ):
+                o.prefix_alarms.add(fam)
+            if matched and o.time_to_verdict is None and names_subject(vs, fam, subj):
                 o.time_to_verdict = t1 - float(on or 0.0)
         o.prefixes_scanned = matched
     elif prefix_step and fam and onset is not None and fam in {v["family"] for v in verdicts}:
         start = max(float(onset), store.time_range()[0])
-        at = first_verdict_at(store, fam, start, prefix_step)
+        at = first_verdict_at(store, fam, start, prefix_step, subject=subj)
         o.prefixes_scanned = True
         o.time_to_verdict = None if at is None else at - float(onset)
     o.seconds = time.perf_counter() - t0

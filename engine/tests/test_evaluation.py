@@ -12,9 +12,10 @@ from engine.evaluation import (
     format_time_to_verdict,
     run_one,
     score,
-    subject_matches,
 )
-from engine.prefixes import prefix_ends
+from engine.prefixes import first_verdict_at, names_subject, prefix_ends, subject_matches
+from engine.store import TraceStore
+from simulator import simulate
 
 
 def _verdict(family: str, category: str, start: float, **subject: Any) -> dict[str, Any]:
@@ -84,6 +85,31 @@ def test_subject_match_ignores_fields_the_truth_leaves_open() -> None:
     assert not subject_matches(
         truth, {"job": "J", "node": None, "gpu": None, "rank": None, "mount": "/local"}
     )
+
+
+def test_a_verdict_of_the_family_about_another_subject_is_not_the_verdict() -> None:
+    truth = {"job": "J", "node": "n1", "gpu": "G5", "rank": 5, "mount": None}
+    right = _verdict("slow_rank", "infrastructure", 0.0, job="J", node="n1", gpu="G5", rank=5)
+    wrong = _verdict("slow_rank", "infrastructure", 0.0, job="J", node="n1", gpu="G2", rank=2)
+    assert names_subject([right], "slow_rank", truth)
+    assert not names_subject([wrong], "slow_rank", truth)
+    assert names_subject([wrong, right], "slow_rank", truth)
+    assert not names_subject([right], "sequence_imbalance", truth)
+    assert names_subject([wrong], "slow_rank", None)  # no truth subject: the family decides
+
+
+def test_time_to_verdict_waits_for_the_truths_subject(tmp_path: Path) -> None:
+    # slow_rank seed 4 (2x4): a power-capped GPU, named within 10 s of the onset
+    path = tmp_path / "slow_rank-4.jsonl"
+    sim = simulate("slow_rank", seed=4, duration_s=600, nodes=2, gpus_per_node=4)
+    sim.write(path)
+    store = TraceStore.from_trace(path)
+    truth = sim.meta["truth"]
+    onset, subj = float(truth["onset"]), truth["subject"]
+    at = first_verdict_at(store, "slow_rank", onset, 1, stop=onset + 30, subject=subj)
+    assert at is not None and at == first_verdict_at(store, "slow_rank", onset, 1, onset + 30)
+    other = {**subj, "rank": (subj["rank"] + 1) % 8, "gpu": None, "node": None}
+    assert first_verdict_at(store, "slow_rank", onset, 1, stop=onset + 30, subject=other) is None
 
 
 def test_time_to_verdict_is_measured_on_prefixes_from_the_onset(tmp_path: Path) -> None:
