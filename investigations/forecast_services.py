@@ -28,6 +28,12 @@ HOUR_MS = 3_600_000
 # `operator_id`, `forecast` (the row) and `previous` (its level before). Notification
 # channels subscribe to it (docs/fleet-health.md, "Notifications").
 forecast_level_crossed = Signal()
+# Sent inside the pass's transaction, right after the row of a component that rose into drain
+# or urgent is saved, with the same arguments: for subscribers that must write in that
+# transaction (notify's outbox, notify/receivers.py), so the rows they write commit with the
+# forecast or roll back with it. Each receiver writes in a savepoint: one that raises is logged
+# (send_robust) and the pass goes on.
+forecast_crossed_in_transaction = Signal()
 NOTIFY_LEVELS = ("drain", "urgent")
 
 
@@ -203,14 +209,19 @@ def run_forecast_pass(operator_id: int, now: float | None = None) -> PassResult:
             row.summary = fc.summary_text(result)
             row.result = result
             row.evaluated_at = stamp
+            rose = sel.LEVEL_ORDER[level] > sel.LEVEL_ORDER[previous] and level in NOTIFY_LEVELS
             if level == "ok":
                 row.cleared_at = stamp
                 cleared.append(f"{comp[0]}:{comp[1]}")
-            elif sel.LEVEL_ORDER[level] > sel.LEVEL_ORDER[previous] and level in NOTIFY_LEVELS:
+            elif rose:
                 row.cleared_at = None
                 crossed.append(f"{comp[0]}:{comp[1]}")
                 transaction.on_commit(partial(_announce, operator_id, row, previous))
             row.save()
+            if rose:
+                forecast_crossed_in_transaction.send_robust(
+                    ComponentForecast, operator_id=operator_id, forecast=row, previous=previous
+                )
         # A component with no data in the look-back any more (removed, or silent two weeks)
         # is cleared too.
         for comp, row in known.items():

@@ -39,6 +39,9 @@ class DeliveryKind(models.TextChoices):
     CHANGED = "changed"
     RESOLVED = "resolved"
     TEST = "test"
+    # A component's days-ahead forecast rose into drain or urgent (docs/fleet-health.md): no
+    # incident, the forecast row is the subject.
+    FORECAST = "forecast"
 
 
 class NotificationChannel(TenantOwned):

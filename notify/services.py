@@ -16,7 +16,8 @@ from django.conf import settings
 from django.db.models import Min
 from django.utils import timezone
 
-from investigations.models import GpuListPrice
+from engine.drain import DRAIN_MARGIN_H
+from investigations.models import ComponentForecast, GpuListPrice
 from investigations.notifications import Notification
 from notify.formats import SECRET_PREFIX
 from notify.models import (
@@ -232,11 +233,22 @@ def money_lost(operator_id: int, verdict: dict[str, Any]) -> tuple[Decimal | Non
 def rule_matches(
     rule: RoutingRule, note: Notification, gpu_hours: float | None, money: Decimal | None
 ) -> bool:
-    if rule.families and note.family not in rule.families:
+    return _rule_holds(rule, note.family, note.category, note.customer_id, gpu_hours, money)
+
+
+def _rule_holds(
+    rule: RoutingRule,
+    family: str,
+    category: str,
+    customer_id: int | None,
+    gpu_hours: float | None,
+    money: Decimal | None,
+) -> bool:
+    if rule.families and family not in rule.families:
         return False
-    if rule.categories and note.category not in rule.categories:
+    if rule.categories and category not in rule.categories:
         return False
-    if rule.customer_id is not None and rule.customer_id != note.customer_id:
+    if rule.customer_id is not None and rule.customer_id != customer_id:
         return False
     if rule.min_gpu_hours_lost is not None and (gpu_hours or 0.0) < rule.min_gpu_hours_lost:
         return False
@@ -311,6 +323,138 @@ def enqueue_for_notification(note: Notification) -> int:
     ]
     # ignore_conflicts: a row this notification already owes (unique channel, event_id) stays
     # as it is, whatever its state: an event is queued once per channel.
+    OutboxDelivery.objects.bulk_create(rows, ignore_conflicts=True)
+    return len(rows)
+
+
+# --- the outbox rows of a forecast that crossed a risk level (in the pass's transaction) ------
+
+# What routing rules match a forecast notification on: it is about the operator's own hardware
+# (category infrastructure), of no customer (a rule naming a customer never matches), and has
+# no GPU-hours lost yet (a rule with a loss floor above zero never matches).
+FORECAST_FAMILY = "fleet_forecast"
+FORECAST_CATEGORY = "infrastructure"
+_KIND_LABEL = {"gpu": "GPU", "pcie": "PCIe link of GPU", "nvlink": "NVLink of GPU", "ib_port": "IB port"}  # fmt: skip
+
+
+def forecast_event_id(operator_id: int, forecast: ComponentForecast) -> str:
+    """One id per crossing: the component, the level it rose to and when it got there. The
+    same pass retried gives the same id (and the unique (channel, event_id) queues it once);
+    a later crossing, after a recovery cleared it, has a new `level_since` and so a new id."""
+    key = (
+        f"forecast|{operator_id}|{forecast.kind}|{forecast.key}|{forecast.level}|"
+        f"{forecast.level_since.isoformat()}"
+    )
+    return "msg_" + uuid.uuid5(EVENT_NAMESPACE, key).hex
+
+
+def forecast_message(forecast: ComponentForecast, previous: str, event_id: str) -> dict[str, Any]:
+    """The body a forecast crossing sends: verdict-shaped (title, summary, recommendation,
+    subject, evidence), so every channel kind formats it as it formats a verdict, plus the
+    forecast itself (level, risks, time to failure)."""
+    what = f"{_KIND_LABEL.get(forecast.kind, forecast.kind)} {forecast.key}"
+    ttf = forecast.ttf_hours
+    when = f", estimated failure in {ttf:.0f} h" if ttf is not None else ""
+    drain_by = (
+        f"within {max(ttf - DRAIN_MARGIN_H, 0.0):.0f} h ({DRAIN_MARGIN_H:.0f} h before the "
+        "estimated failure)"
+        if ttf is not None
+        else "at the next opportunity"
+    )
+    result: dict[str, Any] = forecast.result or {}
+    evidence = [
+        {
+            "id": f"e{i + 1}",
+            "signal": e.get("label") or e.get("signal"),
+            "node": forecast.node or None,
+            "gpu": forecast.gpu or None,
+            "rank": None,
+            "observed": e.get("now"),
+            "baseline": e.get("three_days_ago"),
+            "note": f"{e.get('unit', '')} now (baseline: 3 days ago), heading for "
+            f"{e.get('heading_for')}",
+        }
+        for i, e in enumerate(result.get("evidence") or [])
+    ]
+    return {
+        "id": event_id,
+        "family": FORECAST_FAMILY,
+        "category": FORECAST_CATEGORY,
+        "title": f"Fleet health: {what} at {forecast.level}{when}",
+        "summary": forecast.summary,
+        "recommendation": (
+            f"Drain {forecast.node or 'its node'} {drain_by}; the drain plan on the health "
+            "page groups it with the nodes that share a running job, so that job restarts once."
+        ),
+        "confidence": forecast.risk_7d,
+        "subject": {
+            "job": None,
+            "node": forecast.node or None,
+            "gpu": forecast.gpu or None,
+            "rank": None,
+            "mount": None,
+        },
+        "interval": None,
+        "impact": {"slowdown_pct": None, "gpu_hours_lost": None},
+        "evidence": evidence,
+        "cleared": [],
+        "explanation": "",
+        "forecast": {
+            "id": forecast.pk,
+            "kind": forecast.kind,
+            "key": forecast.key,
+            "node": forecast.node,
+            "level": forecast.level,
+            "previous_level": previous,
+            "level_since": forecast.level_since.isoformat(),
+            "risk": {"1d": forecast.risk_1d, "3d": forecast.risk_3d, "7d": forecast.risk_7d},
+            "ttf_hours": ttf,
+        },
+    }
+
+
+def enqueue_for_forecast(operator_id: int, forecast: ComponentForecast, previous: str) -> int:
+    """Insert the outbox rows owed for a component that rose into drain or urgent, in the
+    caller's (the forecast pass's) transaction; the number of channels it is owed to."""
+    channels = list(
+        NotificationChannel.objects.for_tenant(operator_id)
+        .filter(enabled=True)
+        .prefetch_related("rules")
+    )
+    targets = [
+        c
+        for c in channels
+        if not c.rules.all()
+        or any(
+            _rule_holds(r, FORECAST_FAMILY, FORECAST_CATEGORY, None, None, None)
+            for r in c.rules.all()
+        )
+    ]
+    if not targets:
+        return 0
+    event_id = forecast_event_id(operator_id, forecast)
+    payload = {
+        "kind": DeliveryKind.FORECAST.value,
+        "incident": None,
+        "event_id": event_id,
+        "verdict": forecast_message(forecast, previous, event_id),
+        "url": public_url("/health/"),
+        "money_lost": None,
+        "currency": "USD",
+    }
+    now = timezone.now()
+    rows = [
+        OutboxDelivery(
+            operator_id=operator_id,
+            channel=c,
+            kind=DeliveryKind.FORECAST,
+            event_id=event_id,
+            payload=payload,
+            state=DeliveryState.PENDING,
+            next_attempt_at=now,
+        )
+        for c in targets
+    ]
     OutboxDelivery.objects.bulk_create(rows, ignore_conflicts=True)
     return len(rows)
 
