@@ -57,8 +57,8 @@ def test_daily_sums_days_ending_at_the_last_hour_and_leaves_empty_days_nan() -> 
     d = fc.daily(hourly)
     assert d.shape == (1, 3)
     assert d[0, 2] == 24.0 and d[0, 1] == 48.0 and math.isnan(d[0, 0])
-    with pytest.raises(ValueError, match="unknown daily aggregate 'mean'"):
-        fc.daily(hourly, "mean")
+    with pytest.raises(ValueError, match="unknown daily aggregate 'median'"):
+        fc.daily(hourly, "median")
 
 
 def test_growing_sbe_with_warning_xids_is_drained_with_its_evidence() -> None:
@@ -81,14 +81,41 @@ def test_growing_sbe_with_warning_xids_is_drained_with_its_evidence() -> None:
 
 
 def test_one_young_sign_is_watch_only_and_a_burst_plateau_or_flat_count_is_nothing() -> None:
-    young = [*_quiet(DAYS - 3), 40.0, 120.0, 400.0]  # 3 days, not 4: watch at most
+    two_days = [*_quiet(DAYS - 2), 120.0, 400.0]  # 2 days present, not 3: nothing yet
+    slowing = [*_quiet(DAYS - 3), 40.0, 1200.0, 1300.0]  # a jump, then +8%: watch at most
     burst = [*_quiet(DAYS - 2), 3000.0, 2.0]  # a burst that stopped
     plateau = [*_quiet(DAYS - 4), 30.0, 2500.0, 2600.0, 2550.0]  # a step up that stays flat
-    fc_ = _gpu_batch([young, burst, plateau, _quiet()])
+    # A GPU that always logs 8-24 a day (around the fixed floor of 20) and a burst today.
+    trickle = [8.0, 12.0, 9.0, 14.0, 10.0, 12.0, 16.0, 11.0, 13.0, 15.0, 23.0, 20.0, 23.0, 855.0]
+    fc_ = _gpu_batch([two_days, slowing, burst, plateau, trickle, _quiet()])
     assert fc_.level[0] <= 1 and fc_.risk[0, 2] <= fc.SINGLE_SIGN_RISK_CAP
-    assert fc_.level[1] == 0 and not fc_.active[1].any()
+    assert fc_.level[1] <= 1 and fc_.risk[1, 2] <= fc.SINGLE_SIGN_RISK_CAP
     assert fc_.level[2] == 0 and not fc_.active[2].any()
-    assert fc_.level[3] == 0
+    assert fc_.level[3] == 0 and not fc_.active[3].any()
+    assert fc_.level[4] == 0 and not fc_.active[4].any()
+    assert fc_.level[5] == 0
+
+
+def test_a_sign_growing_steadily_three_days_drains_a_step_on_a_partial_day_does_not() -> None:
+    # ×3 a day on each of the last two days (each rise far beyond Poisson noise): drain on
+    # three days, a day before the four-day rule would.
+    steady = [*_quiet(DAYS - 3), 40.0, 120.0, 400.0]
+    fc_ = _gpu_batch([steady])
+    assert fc_.level[0] >= 2
+    # An IB port whose cable errors stepped up on a partial day and stayed (the symbol errors
+    # flat, the receive errors +14% on ~300, 2.3 σ): watch at most.
+    batch = fc.ComponentBatch(
+        "ib_port",
+        ["node-a/mlx5_0/1"],
+        ["node-a"],
+        0.0,
+        {
+            signals.IB_SYMBOL_ERROR: np.array([[*_quiet(DAYS - 3), 862.0, 1945.0, 1970.0]]),
+            signals.IB_LINK_ERROR_RECOVERY: np.array([[0.0] * (DAYS - 3) + [4.0, 3.0, 15.0]]),
+            signals.IB_PORT_RCV_ERRORS: np.array([[*_quiet(DAYS - 3), 153.0, 314.0, 358.0]]),
+        },
+    )
+    assert fc.forecast_batch(batch).level[0] <= 1
 
 
 def test_recovery_clears_a_degrading_ib_port() -> None:
