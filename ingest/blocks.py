@@ -1,23 +1,26 @@
 """The sample block codec: many series × many samples in one compressed bytes value.
 
 A block holds, for one node and one batch, the samples of every series in it, concatenated
-series by series. Format 2 ("PB2" + zstd of), all little-endian:
+series by series. Format 3 ("PB3" + zstd of), all little-endian:
 
     u32 series_count, u32 sample_count, u32 flags, u32 ts_count,
     i64[series_count]  series ids, delta-encoded
     u32[series_count]  samples per series
     i64[ts_count]      timestamps (ms), delta-encoded, byte-shuffled
-    u64[sample_count]  float64 values XOR the previous value, byte-shuffled
+    ...                the values, coded per series (ingest/block_values.py): decimal-scaled
+                       integers, differenced, narrowed to the bytes they need, byte-shuffled;
+                       or, for a series without a short decimal form, float64 XOR
 
 flags bit 0 (shared timestamps): every series has the same timestamps — the usual shape, one
 collection tick for all — and they are stored once (ts_count = samples per series); otherwise
 every sample's timestamp is stored (ts_count = sample_count), concatenated series by series.
-Sharing halves what a read must decompress and un-shuffle. Format 1 ("PB1", written before
-format 2; no flags/ts_count, every timestamp stored) still decodes: old rows need no rewrite.
+Sharing halves what a read must decompress and un-shuffle.
 
-XOR with the previous value turns repeated and slowly changing readings into mostly-zero
-bytes; byte shuffling groups the bytes of equal significance; zstd then squeezes both. Encoding
-and decoding are whole-array numpy operations: no Python loop per sample or per series.
+Older formats still decode, so rows written before need no rewrite: format 2 ("PB2") is format
+3 with every value XOR the previous value, byte-shuffled (2.93 bytes per sample on disk in
+`proof bench ingest`, where format 3 takes 1.3: docs/ingest.md "Storage"); format 1 ("PB1")
+is format 2 without flags/ts_count, every timestamp stored. Encoding and decoding are
+whole-array numpy operations: no Python loop per sample or per series.
 """
 
 from __future__ import annotations
@@ -28,7 +31,12 @@ from dataclasses import dataclass
 import numpy as np
 import zstandard
 
-MAGIC = b"PB2"
+from ingest.block_values import BlockError as BlockError
+from ingest.block_values import decimal_scales as decimal_scales
+from ingest.block_values import decode_values, encode_values, shuffle, unshuffle, xor_bytes
+
+MAGIC = b"PB3"
+MAGIC_V2 = b"PB2"
 MAGIC_V1 = b"PB1"
 _HEADER_V1 = np.dtype([("series", "<u4"), ("samples", "<u4")])
 _HEADER = np.dtype([("series", "<u4"), ("samples", "<u4"), ("flags", "<u4"), ("ts_len", "<u4")])
@@ -54,16 +62,12 @@ def _decompressor() -> zstandard.ZstdDecompressor:
     return dec
 
 
-class BlockError(ValueError):
-    """A stored block could not be decoded (corrupt or of an unknown format)."""
-
-
 @dataclass(slots=True)
 class DecodedBlock:
     series_ids: np.ndarray  # int64[series_count]
     counts: np.ndarray  # int64[series_count]
     values: np.ndarray  # float64[sample_count]
-    # The timestamps every series shares (format 2, regular blocks), else None.
+    # The timestamps every series shares (formats 2 and 3, regular blocks), else None.
     row_ts: np.ndarray | None = None
     _ts: np.ndarray | None = None
 
@@ -81,14 +85,6 @@ class DecodedBlock:
         return np.repeat(self.series_ids, self.counts)
 
 
-def _shuffle(words: np.ndarray) -> bytes:
-    return words.view(np.uint8).reshape(-1, 8).T.tobytes()
-
-
-def _unshuffle(raw: bytes | memoryview, n: int) -> np.ndarray:
-    return np.frombuffer(raw, dtype=np.uint8).reshape(8, n).T.copy().view("<u8").ravel()
-
-
 def _shared_row(counts: np.ndarray, ts: np.ndarray) -> np.ndarray | None:
     """The one timestamp row all series share, when every series has the same timestamps."""
     n_series = len(counts)
@@ -101,25 +97,41 @@ def _shared_row(counts: np.ndarray, ts: np.ndarray) -> np.ndarray | None:
     return rows[0] if np.array_equal(rows, np.broadcast_to(rows[0], rows.shape)) else None
 
 
-def encode(
-    series_ids: np.ndarray, counts: np.ndarray, ts_ms: np.ndarray, values: np.ndarray
-) -> bytes:
-    """Compress one block. `ts_ms`/`values` hold each series' samples contiguously, in the
-    order of `series_ids`, `counts[i]` of them for series i."""
-    n_series = len(series_ids)
-    n = len(ts_ms)
+def _prefix(series_ids: np.ndarray, counts: np.ndarray, ts_ms: np.ndarray) -> bytes:
+    """Header, series ids, counts and timestamps: what formats 2 and 3 share."""
     ts_all = np.asarray(ts_ms, dtype="<i8")
     cnt = np.asarray(counts, dtype="<u4")
     row = _shared_row(cnt, ts_all)
     stored_ts = ts_all if row is None else row
     flags = 0 if row is None else _SHARED_TS
-    header = np.array([(n_series, n, flags, len(stored_ts))], dtype=_HEADER).tobytes()
+    header = np.array([(len(series_ids), len(ts_all), flags, len(stored_ts))], dtype=_HEADER)
     sid = np.diff(np.asarray(series_ids, dtype="<i8"), prepend=np.int64(0)).astype("<i8")
     ts = np.diff(stored_ts, prepend=np.int64(0)).astype("<i8")
-    bits = np.ascontiguousarray(values, dtype="<f8").view("<u8")
-    xored = bits ^ np.concatenate((np.zeros(1, dtype="<u8"), bits[:-1]))
-    body = b"".join((header, sid.tobytes(), cnt.tobytes(), _shuffle(ts), _shuffle(xored)))
+    return b"".join((header.tobytes(), sid.tobytes(), cnt.tobytes(), shuffle(ts)))
+
+
+def encode(
+    series_ids: np.ndarray, counts: np.ndarray, ts_ms: np.ndarray, values: np.ndarray
+) -> bytes:
+    """Compress one block. `ts_ms`/`values` hold each series' samples contiguously, in the
+    order of `series_ids`, `counts[i]` of them for series i."""
+    vals = np.ascontiguousarray(values, dtype="<f8")
+    cnt = np.asarray(counts, dtype=np.int64)
+    if int(cnt.sum()) != len(vals) or len(vals) != len(ts_ms) or len(cnt) != len(series_ids):
+        raise ValueError(
+            f"counts add up to {int(cnt.sum())} for {len(series_ids)} series ids, "
+            f"{len(ts_ms)} timestamps and {len(vals)} values"
+        )
+    body = _prefix(series_ids, cnt, ts_ms) + encode_values(vals, cnt).tobytes()
     return MAGIC + _compressor().compress(body)
+
+
+def encode_v2(
+    series_ids: np.ndarray, counts: np.ndarray, ts_ms: np.ndarray, values: np.ndarray
+) -> bytes:
+    """Format 2 (every value XOR'd): what blocks written before format 3 hold. Kept so that
+    tests prove those still decode and `proof bench ingest --codec` compares against it."""
+    return MAGIC_V2 + _compressor().compress(_prefix(series_ids, counts, ts_ms) + xor_bytes(values))
 
 
 def encode_v1(
@@ -131,42 +143,43 @@ def encode_v1(
     header = np.array([(len(series_ids), n)], dtype=_HEADER_V1).tobytes()
     sid = np.diff(np.asarray(series_ids, dtype="<i8"), prepend=np.int64(0)).astype("<i8")
     ts = np.diff(np.asarray(ts_ms, dtype="<i8"), prepend=np.int64(0)).astype("<i8")
-    bits = np.ascontiguousarray(values, dtype="<f8").view("<u8")
-    xored = bits ^ np.concatenate((np.zeros(1, dtype="<u8"), bits[:-1]))
     cnt = np.asarray(counts, dtype="<u4").tobytes()
-    body = b"".join((header, sid.tobytes(), cnt, _shuffle(ts), _shuffle(xored)))
+    body = b"".join((header, sid.tobytes(), cnt, shuffle(ts), xor_bytes(values)))
     return MAGIC_V1 + _compressor().compress(body)
 
 
 def decode(payload: bytes | memoryview) -> DecodedBlock:
     raw = bytes(payload)
     magic = raw[:3]
-    if magic not in (MAGIC, MAGIC_V1):
+    if magic not in (MAGIC, MAGIC_V2, MAGIC_V1):
         raise BlockError("not a sample block (bad magic)")
     try:
         body = _decompressor().decompress(raw[3:])
     except zstandard.ZstdError as exc:
         raise BlockError(f"corrupt sample block: {exc}") from None
-    header_type = _HEADER if magic == MAGIC else _HEADER_V1
+    header_type = _HEADER_V1 if magic == MAGIC_V1 else _HEADER
     if len(body) < header_type.itemsize:
         raise BlockError("corrupt sample block: truncated header")
     header = np.frombuffer(body, dtype=header_type, count=1)[0]
     n_series, n = int(header["series"]), int(header["samples"])
-    shared = magic == MAGIC and bool(int(header["flags"]) & _SHARED_TS)
-    ts_len = int(header["ts_len"]) if magic == MAGIC else n
-    expected = header_type.itemsize + n_series * 12 + ts_len * 8 + n * 8
-    if len(body) != expected or (shared and ts_len * n_series != n):
-        raise BlockError(f"corrupt sample block: {len(body)} bytes, expected {expected}")
-    view = memoryview(body)
+    shared = magic != MAGIC_V1 and bool(int(header["flags"]) & _SHARED_TS)
+    ts_len = n if magic == MAGIC_V1 else int(header["ts_len"])
     pos = header_type.itemsize
+    values_at = pos + n_series * 12 + ts_len * 8
+    if len(body) < values_at or (shared and ts_len * n_series != n):
+        raise BlockError(f"corrupt sample block: {len(body)} bytes, too few for its header")
+    view = memoryview(body)
     sid = np.cumsum(np.frombuffer(body, dtype="<i8", count=n_series, offset=pos))
     pos += n_series * 8
     counts = np.frombuffer(body, dtype="<u4", count=n_series, offset=pos).astype(np.int64)
     pos += n_series * 4
-    ts = np.cumsum(_unshuffle(view[pos : pos + ts_len * 8], ts_len).view("<i8"))
-    pos += ts_len * 8
-    bits = np.bitwise_xor.accumulate(_unshuffle(view[pos : pos + n * 8], n))
-    values = bits.view("<f8")
+    ts = np.cumsum(unshuffle(view[pos : pos + ts_len * 8], ts_len).view("<i8"))
+    if magic == MAGIC:
+        values = decode_values(view[values_at:], counts, n)
+    elif len(body) != values_at + n * 8:
+        raise BlockError(f"corrupt sample block: {len(body)} bytes, expected {values_at + n * 8}")
+    else:
+        values = np.bitwise_xor.accumulate(unshuffle(view[values_at:], n)).view("<f8")
     if shared:
         return DecodedBlock(sid, counts, values, row_ts=ts)
     return DecodedBlock(sid, counts, values, _ts=ts)

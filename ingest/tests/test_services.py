@@ -329,28 +329,29 @@ def test_gpus_a_batch_carries_are_in_the_inventory_and_seen_at_the_nodes_cadence
         assert Gpu.objects.for_tenant(other).count() == 2
 
 
-def test_blocks_of_format_1_and_format_2_read_back_together(
+def test_blocks_of_formats_1_2_and_3_read_back_together(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     tenant = make_tenant("ing-formats")
     op = tenant.operator.pk
     start = float(int(time.time()) - 100)
-    # The first batch as a server from before format 2 wrote it, the second as now.
-    with monkeypatch.context() as patch:
-        patch.setattr(blocks, "encode", blocks.encode_v1)
-        store(op, gpu_batch(sequence=1, seconds=10, start=start))
-    store(op, gpu_batch(sequence=2, seconds=10, start=start + 10))
+    # The first batches as servers from before formats 2 and 3 wrote them, the third as now.
+    for sequence, old_encode in ((1, blocks.encode_v1), (2, blocks.encode_v2)):
+        with monkeypatch.context() as patch:
+            patch.setattr(blocks, "encode", old_encode)
+            store(op, gpu_batch(sequence=sequence, seconds=10, start=start + 10 * (sequence - 1)))
+    store(op, gpu_batch(sequence=3, seconds=10, start=start + 20))
     with tenant_context(op), connection.cursor() as cursor:
         where = "" if connection.vendor == "postgresql" else f" WHERE operator_id = {op:d}"
         cursor.execute(f"SELECT payload FROM {BLOCK_TABLE}{where} ORDER BY start_ms")
         magics = [bytes(row[0])[:3] for row in cursor.fetchall()]
-    assert magics == [b"PB1", b"PB2"]
+    assert magics == [b"PB1", b"PB2", b"PB3"]
     data = selectors.job_series(op, "job-1", start, start + 30)
     util1 = {(d.info.gpu_index, d.info.name): d for d in data}[(1, signals.DCGM_FI_DEV_GPU_UTIL)]
-    np.testing.assert_allclose(util1.ts, start + np.arange(20))
-    np.testing.assert_array_equal(util1.values, 1000 + np.concatenate([np.arange(10)] * 2))
-    part = selectors.job_series(op, "job-1", start + 8, start + 11)
-    assert all(len(d.values) == 4 for d in part)
+    np.testing.assert_allclose(util1.ts, start + np.arange(30))
+    np.testing.assert_array_equal(util1.values, 1000 + np.concatenate([np.arange(10)] * 3))
+    part = selectors.job_series(op, "job-1", start + 8, start + 21)
+    assert all(len(d.values) == 14 for d in part)
 
 
 def test_every_job_record_of_a_batch_applies_not_only_the_last() -> None:
