@@ -18,9 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import gzip
 import os
-import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Protocol
 
@@ -28,15 +26,8 @@ import numpy as np
 
 from contract import signals
 from contract.rows import EventRow, JobMeta, LogRow, ProcessInfo, SeriesData, SeriesInfo
-from contract.trace import Problem, open_trace_bytes
-from contract.trace.records import TYPE_META, check_record, clean_record, read_meta_line
-
-try:
-    from orjson import loads as _loads
-except ImportError:  # pragma: no cover - orjson is a base dependency
-    from json import loads as _loads  # type: ignore[assignment]
-
-_CHUNK = 8 << 20  # bytes of uncompressed trace parsed per batch
+from contract.trace import Problem
+from engine.trace_load import fast_records
 
 
 class GpuHealthStore(Protocol):
@@ -160,9 +151,9 @@ class TraceStore:
                         on_problem(path, p)
 
                 meta = store.meta
-                with open_trace_bytes(path) as fh:
-                    where["raw"] = getattr(fh, "fileobj", None) or fh  # compressed position
-                    yield from _fast_records(fh, store, problem, cols)
+                with open(path, "rb") as raw:
+                    where["raw"] = raw  # the compressed position, for the progress bar
+                    yield from fast_records(raw, store.set_meta, problem, cols)
                 if i:
                     store.meta = meta
                 where["done"] += os.path.getsize(path)
@@ -380,6 +371,9 @@ class TraceStore:
             )
         )
 
+    def set_meta(self, meta: dict[str, Any]) -> None:
+        self.meta = meta
+
     # --- reads (the SignalStore interface) --------------------------------------------
     def jobs(self) -> dict[str, JobMeta]:
         return dict(self._jobs)
@@ -439,184 +433,3 @@ FLEET_HEALTH_SIGNALS: tuple[str, ...] = (
     signals.DCGM_FI_DEV_SM_CLOCK,
     signals.DCGM_FI_DEV_GPU_TEMP,
 )
-
-
-def data_lines(buf: bytes) -> int:
-    return buf.count(b"\n")
-
-
-def _read_chunk(fh: Any, read1: Any) -> tuple[list[bytes], Exception | None]:
-    """Up to _CHUNK bytes of `fh` in pieces, and the damage that stopped the read, if any."""
-    parts: list[bytes] = []
-    size = 0
-    try:
-        # read1 hands over what is decompressed so far, so a stream cut short still yields
-        # every complete line before the damage (read() would drop them).
-        while size < _CHUNK:
-            part = read1(_CHUNK - size) if read1 is not None else fh.read(_CHUNK)
-            if not part:
-                break
-            parts.append(part)
-            size += len(part)
-            if read1 is None:
-                break
-    except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
-        return parts, exc
-    return parts, None
-
-
-def _fast_records(
-    fh: Any,
-    store: TraceStore,
-    problem: Callable[[Problem], None],
-    cols: dict[tuple[Any, ...], tuple[list[float], list[float]]],
-) -> Iterator[dict[str, Any]]:
-    """Valid records of a trace, read in 8 MiB batches; malformed lines reported and skipped.
-
-    The same rules as `contract.trace.TraceReader` (which costs ~10 µs a line, too slow for a
-    64-GPU, 30-minute trace): each batch of lines is decoded with one orjson call (a batch
-    with a bad line falls back to line by line, to name it). A sample — 95% of a trace — is
-    checked inline (ts, name, value, order); its identity keys are checked in full by
-    `check_record` the first time its series is seen (same series, same identity values),
-    and every other record type always is.
-    """
-    lineno = 0
-    last_ts: Any = float("-inf")
-    dirty: set[Any] = set()  # sample series whose identity broke a limit (cleaned each time)
-    tail = b""
-    number = (int, float)
-    broken = False
-    read1 = getattr(fh, "read1", None)
-    while True:
-        chunk = b""
-        if not broken:
-            parts, damage = _read_chunk(fh, read1)
-            if damage is not None:
-                broken = True
-                problem(
-                    Problem(
-                        lineno + data_lines(tail) + sum(data_lines(p) for p in parts) + 1,
-                        f"compressed stream is damaged or cut short: {damage}",
-                    )
-                )
-            chunk = b"".join(parts)
-        if not chunk and not tail:
-            break
-        data = tail + chunk
-        if chunk:
-            cut = data.rfind(b"\n")
-            if cut < 0:
-                tail = data
-                continue
-            data, tail = data[: cut + 1], data[cut + 1 :]
-        else:
-            tail = b""
-        lines = data.split(b"\n")
-        if lines and lines[-1] == b"":
-            lines.pop()
-        try:
-            objs: list[Any] = _loads(b"[" + b",".join(lines) + b"]")
-            if len(objs) != len(lines):
-                raise ValueError("line count")
-        except ValueError:
-            objs = []
-            for i, line in enumerate(lines):
-                try:
-                    objs.append(_loads(line))
-                except ValueError as exc:
-                    what = "empty line" if not line.strip() else f"invalid JSON: {exc}"[:300]
-                    problem(Problem(lineno + i + 1, what))
-                    objs.append(None)
-        for obj in objs:
-            lineno += 1
-            if obj is None:
-                continue
-            if lineno == 1:
-                meta, why, as_record = read_meta_line(obj)
-                store.meta = meta or {}
-                if why is not None:
-                    problem(Problem(1, why))
-                if not as_record:
-                    continue
-            if type(obj) is dict and obj.get("type") == "sample":
-                ts: Any = obj.get("ts")
-                value: Any = obj.get("value")
-                if type(ts) in number and type(value) in number and type(obj.get("name")) is str:
-                    labels = obj.get("labels")
-                    try:
-                        key: Any = (
-                            obj["name"],
-                            obj.get("node"),
-                            obj.get("gpu"),
-                            obj.get("gpu_index"),
-                            obj.get("pid"),
-                            obj.get("job"),
-                            obj.get("rank"),
-                            tuple(labels.items()) if type(labels) is dict else labels,
-                        )
-                        col = cols.get(key)
-                    except TypeError:
-                        key, col = None, None
-                    if key in dirty:  # a series over the limits: cleaned like its first
-                        clean_record(obj)
-                        col = None
-                    elif col is None:
-                        why = check_record(obj)
-                        if why is not None:
-                            problem(Problem(lineno, why))
-                            continue
-                        fixed = clean_record(obj)
-                        if fixed:
-                            # Reported once per series; its samples take the general path
-                            # under the cleaned identity, as ingest would store them.
-                            for msg in fixed:
-                                problem(Problem(lineno, msg))
-                            dirty.add(key)
-                    if ts < last_ts:
-                        problem(
-                            Problem(
-                                lineno,
-                                f"ts {ts!r} is earlier than the previous "
-                                f"record's {last_ts!r} (records must be in "
-                                "non-decreasing ts order)",
-                            )
-                        )
-                        continue
-                    last_ts = ts
-                    if key in dirty:
-                        yield obj
-                        continue
-                    if col is None:
-                        if key is None:
-                            problem(Problem(lineno, "sample identity values must be scalars"))
-                            continue
-                        col = cols[key] = ([], [])
-                    col[0].append(ts)
-                    col[1].append(value)
-                    continue
-            why = check_record(obj)
-            if why is None and obj.get("type") == TYPE_META:
-                why = "meta record after the first line"
-            if why is not None:
-                problem(Problem(lineno, why))
-                continue
-            # The limits agent and ingest share (contract/limits.py): an over-long line, a NUL in a
-            # label, an over-long id are cleaned the way ingest would store them, and named.
-            for msg in clean_record(obj):
-                problem(Problem(lineno, msg))
-            ts = obj.get("ts")
-            if type(ts) in number:
-                if ts < last_ts:
-                    problem(
-                        Problem(
-                            lineno,
-                            f"ts {ts!r} is earlier than the previous "
-                            f"record's {last_ts!r} (records must be in non-decreasing "
-                            "ts order)",
-                        )
-                    )
-                    continue
-                last_ts = ts
-            yield obj
-    if lineno == 0:
-        problem(Problem(1, "empty trace: no meta line"))
