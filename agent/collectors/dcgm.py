@@ -59,15 +59,15 @@ MAX_FIELDS_PER_GROUP = 128  # DCGM_MAX_FIELD_IDS_PER_FIELD_GROUP (dcgm_structs.h
 # dcgmvalue.py: blank sentinels meaning "this GPU cannot report this field" (NOT_SUPPORTED,
 # NOT_PERMISSIONED), as int32, int64 and fp64; the other blanks (BLANK, NOT_FOUND) are "no value
 # yet" and are only skipped.
-_INT32_BLANK, _INT64_BLANK, _FP64_BLANK = 0x7FFFFFF0, 0x7FFFFFFFFFFFFFF0, 140737488355328.0
+INT32_BLANK, INT64_BLANK, FP64_BLANK = 0x7FFFFFF0, 0x7FFFFFFFFFFFFFF0, 140737488355328.0
 UNSUPPORTED_VALUES: frozenset[float] = frozenset(
     {
-        _INT32_BLANK + 2,
-        _INT32_BLANK + 3,
-        _INT64_BLANK + 2,
-        _INT64_BLANK + 3,
-        _FP64_BLANK + 2.0,
-        _FP64_BLANK + 3.0,
+        INT32_BLANK + 2,
+        INT32_BLANK + 3,
+        INT64_BLANK + 2,
+        INT64_BLANK + 3,
+        FP64_BLANK + 2.0,
+        FP64_BLANK + 3.0,
     }
 )
 UPDATE_FREQ_US = 1_000_000  # 1 s, the agent's interval

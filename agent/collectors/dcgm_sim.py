@@ -14,10 +14,14 @@ from __future__ import annotations
 import collections
 from dataclasses import dataclass
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from agent.collectors.dcgm import MAX_FIELDS_PER_GROUP, Bindings
-from simulator.dcgm_fields import FP64_BLANK, INT64_BLANK, SimDcgmGpu
+from agent.collectors.dcgm import FP64_BLANK, INT64_BLANK, MAX_FIELDS_PER_GROUP, Bindings
+
+if TYPE_CHECKING:
+    # Only for the annotation: `proof-agent bench` imports this module in the measured process
+    # (the field values' shape), where the simulator and numpy do not belong (issue 17).
+    from simulator.dcgm_fields import SimDcgmGpu
 
 GROUP_ALL_GPUS = 0x7FFFFFFF
 OPERATION_MODE_AUTO = 1

@@ -106,3 +106,25 @@ def test_step_is_not_part_of_a_series_and_stays_off_its_def() -> None:
     batch = builder.build(1)
     assert list(batch.sample_counts) == [2]
     assert not batch.series[0].identity.HasField("step")
+
+
+def test_plain_python_columns_equal_the_numpy_columns() -> None:
+    """The agent's path (samples added one by one, no numpy) puts the same series, counts,
+    millisecond deltas and values on the wire as the numpy path add_samples takes."""
+    builder = BatchBuilder("agent-4")
+    t0 = 1_700_000_000
+    for i in range(600):
+        # interleaved series, integer and float ts, half-millisecond ties (round half to even)
+        ts = t0 + i // 7 + (0.0005 if i % 5 == 0 else 0.0015 * (i % 3))
+        builder.add(
+            _sample(f"s{i % 37}", ts if i % 4 else int(ts), float(i), node="n", gpu_index=i % 8)
+        )
+    plain, vectorised = ingest_pb2.Batch(), ingest_pb2.Batch()
+    assert builder._columns(plain) == builder._columns_numpy(vectorised)
+    assert plain == vectorised
+    assert sum(plain.sample_counts) == 600 and len(plain.sample_counts) == len(
+        {(i % 37, i % 8) for i in range(600)}
+    )
+    # ...and the ts deltas decode back to the milliseconds added, series by series
+    ts_ms = np.cumsum(np.array(plain.ts_ms, dtype=np.int64))
+    assert ts_ms.min() == t0 * 1000 and ts_ms.max() <= (t0 + 600 // 7 + 1) * 1000

@@ -14,11 +14,10 @@ import gzip
 import io
 import json
 import math
+import numbers
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from typing import IO, Any
-
-import numpy as np
+from typing import IO, TYPE_CHECKING, Any
 
 from contract.trace.records import (
     _IDENTITY_ORDER,
@@ -29,6 +28,14 @@ from contract.trace.records import (
     _Base,
     check_record,
 )
+
+if TYPE_CHECKING:
+    import numpy as np
+
+# numpy is not imported with this module: the agent writes traces (`record`, the dead letter)
+# through write(), and numpy is ~19 MiB of its RSS (docs/agent.md, issue 17). Its scalars are
+# numbers.Real / numbers.Integral (numpy registers them), and write_samples, which takes its
+# arrays, imports it there (loaded already when the caller holds an array).
 
 _dumps = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode
 
@@ -43,12 +50,27 @@ class TraceOrderError(TraceError):
 
 def _fmt_ts(ts: float) -> str:
     if type(ts) is not float:
-        if isinstance(ts, bool) or not isinstance(ts, int | float | np.floating | np.integer):
+        if isinstance(ts, bool) or not isinstance(ts, numbers.Real):
             raise TraceError(f"ts must be a number of seconds since the epoch, got {ts!r}")
         ts = float(ts)
     if not math.isfinite(ts):
         raise TraceError(f"ts must be finite, got {ts!r}")
     return repr(ts)
+
+
+def _is_column(value: Any) -> bool:
+    """One value per row: a sequence (not a string) or a numpy array (a dtype and a length;
+    numpy's scalars have no length), told apart without importing numpy."""
+    if isinstance(value, str | int):
+        return False
+    return isinstance(value, Sequence) or (hasattr(value, "dtype") and hasattr(value, "__len__"))
+
+
+def _plain(value: Any) -> Any:
+    """A numpy scalar as its Python value (JSON takes no np.int64); anything else as it is."""
+    if type(value).__module__ == "numpy" and hasattr(value, "item"):
+        return value.item()
+    return value
 
 
 class SampleColumns:
@@ -80,11 +102,11 @@ class SampleColumns:
             col = identity.get(key)
             if col is None:
                 continue
-            if isinstance(col, str | int) or not isinstance(col, Sequence | np.ndarray):
+            if not _is_column(col):
                 col = [col] * n
             if len(col) != n:
                 raise TraceError(f"identity column {key!r} has {len(col)} rows, expected {n}")
-            columns[key] = [c.item() if isinstance(c, np.generic) else c for c in col]
+            columns[key] = [_plain(c) for c in col]
         if labels is None or isinstance(labels, Mapping):
             label_rows: Sequence[Mapping[str, str] | None] = [labels] * n
         else:
@@ -221,6 +243,8 @@ class TraceWriter:
 
         Values must be finite; integer arrays are written as JSON integers.
         """
+        import numpy as np  # see the note at the top: loaded already by any caller with arrays
+
         ts_s = _fmt_ts(ts)
         arr = np.asarray(values)
         if arr.ndim != 1 or arr.shape[0] != columns.n:
