@@ -163,20 +163,24 @@ def _ahead(pieces: Iterator[Any], depth: int = 3) -> Generator[Any, None, None]:
     box: queue.Queue[Any] = queue.Queue(maxsize=depth)
     stop = threading.Event()
 
+    def put(item: Any) -> bool:
+        """Hand `item` over; False when the consumer has stopped (never blocks past that)."""
+        while not stop.is_set():
+            try:
+                box.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
     def run() -> None:
         try:
             for item in pieces:
-                while not stop.is_set():
-                    try:
-                        box.put(item, timeout=0.1)
-                        break
-                    except queue.Full:
-                        continue
-                if stop.is_set():
+                if not put(item):
                     return
-            box.put(_DONE)
+            put(_DONE)
         except BaseException as exc:  # re-raised in the consumer
-            box.put(exc)
+            put(exc)
 
     worker = threading.Thread(target=run, name="trace-read", daemon=True)
     worker.start()

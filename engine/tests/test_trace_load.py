@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -156,3 +157,22 @@ def test_corrupt_gzip_is_reported_after_the_lines_before_it(tmp_path: Path) -> N
     store = TraceStore.from_trace(path, on_problem=problems.append)
     assert any("compressed stream is damaged" in p.message for p in problems)
     assert store._series and all(len(s.ts) < 400 for s in store._series)
+
+
+def test_the_read_ahead_thread_stops_with_its_reader() -> None:
+    def endless() -> Any:
+        while True:
+            yield b"x" * 1024, None
+
+    ahead = trace_load._ahead(endless())
+    assert next(ahead) == (b"x" * 1024, None)
+    ahead.close()  # the consumer stops early, the producer is blocked on a full queue
+    assert not [t for t in threading.enumerate() if t.name == "trace-read"]
+
+    def failing() -> Any:
+        yield b"a", None
+        raise OSError("disk gone")
+
+    with pytest.raises(OSError, match="disk gone"):
+        list(trace_load._ahead(failing()))
+    assert not [t for t in threading.enumerate() if t.name == "trace-read"]
