@@ -15,6 +15,10 @@ samples per second the server sustains, not how fast a clock ticks. Then it prin
   (series_id, ts, value) into an unindexed table — the ratio is the pipeline's overhead.
 
 Needs DATABASE_URL (and DATABASE_OWNER_URL for the COPY baseline table). CI does not run it.
+
+`--codec` prints only the block codec's figures on the agents' batches (no server, no
+database): bytes per sample and the CPU time to encode and decode one batch (one node's block)
+in format 3 and in format 2, interleaved.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ from contract import signals
 from contract.wire import ingest_pb2
 from contract.wire.client import BatchSender, open_channel
 from contract.wire.encode import BatchBuilder
+from ingest import blocks
 
 GPUS_PER_NODE = 8
 JOB_ID = "bench-job"
@@ -141,6 +146,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=20_000_000,
         help="cap on samples for the bare COPY baseline",
     )
+    parser.add_argument(
+        "--codec",
+        action="store_true",
+        help="only the block codec's figures on the agents' batches (no server, no database)",
+    )
 
 
 def proof_ingest_command(port: int, *options: str) -> list[str]:
@@ -170,7 +180,53 @@ def _wait_healthy(port: int, timeout: float = 60) -> None:
     raise RuntimeError("the ingest server did not become healthy")
 
 
+def _block_parts(batch: Any) -> tuple[np.ndarray, ...]:
+    """A batch as ingest stores it: one node's block (series ids, counts, ms, values)."""
+    counts = np.array(batch.sample_counts, dtype=np.int64)
+    ids = np.arange(1, len(counts) + 1, dtype=np.int64)  # the catalog's ids: one run per node
+    ts = np.cumsum(np.array(batch.ts_ms, dtype=np.int64))  # the wire's deltas
+    return ids, counts, ts, np.array(batch.values, dtype=np.float64)
+
+
+def codec_figures(series: int, seconds: int, rounds: int = 60) -> list[str]:
+    """Bytes/sample and CPU ms per block to encode and decode the agents' batches, format 3
+    against format 2 (interleaved rounds, the best round of each: the machine is shared)."""
+    parts = [
+        _block_parts(_template(f"codec-{i}", series, seconds, JOB_ID if i < 2 else None, i * 10))
+        for i in range(4)
+    ]
+    samples = sum(len(p[3]) for p in parts)
+    codecs = {"format 3": blocks.encode, "format 2": blocks.encode_v2}
+    payloads = {name: [enc(*p) for p in parts] for name, enc in codecs.items()}
+    best: dict[str, list[float]] = {name: [np.inf, np.inf] for name in codecs}
+    for _ in range(rounds):
+        # Encodes back to back, then decodes back to back (as ingest's writers and the read
+        # pool run them), the formats alternating within each.
+        for step in (0, 1):
+            for name, enc in codecs.items():
+                began = time.thread_time()
+                if step == 0:
+                    for p in parts:
+                        enc(*p)
+                else:
+                    for payload in payloads[name]:
+                        blocks.decode(payload)
+                spent = (time.thread_time() - began) / len(parts)
+                best[name][step] = min(best[name][step], spent)
+    lines = [f"block codec, {len(parts)} blocks of {samples // len(parts):,} samples:"]
+    for name in codecs:
+        size = sum(len(b) for b in payloads[name]) / samples
+        lines.append(
+            f"  {name}: {size:.3f} bytes/sample (payload), encode {best[name][0] * 1000:.2f} ms, "
+            f"decode {best[name][1] * 1000:.2f} ms per block (CPU, best of {rounds})"
+        )
+    return lines
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.codec:
+        print("\n".join(codec_figures(args.series, args.batch_seconds)))
+        return 0
     django.setup()
     if not settings.IS_POSTGRES:
         print("proof bench ingest: needs PostgreSQL (set DATABASE_URL)", file=sys.stderr)

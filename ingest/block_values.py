@@ -135,11 +135,23 @@ def _regular(counts: np.ndarray) -> int:
 def _exact(values: np.ndarray, power: np.ndarray | np.floating) -> tuple[np.ndarray, np.ndarray]:
     """rint(values·power) and whether each gives back its value's bits."""
     with np.errstate(over="ignore", invalid="ignore"):
-        # + 0.0 turns -0.0 into 0.0, so a -0.0 fails (it must: the integer 0 decodes to 0.0).
-        n = np.rint(values * power) + 0.0
-        ok = np.abs(n) <= _MAX_INT
-        ok &= (n / power).view("<u8") == values.view("<u8")
+        n = values * power
+        np.rint(n, out=n)
+        n += 0.0  # -0.0 becomes 0.0, so a -0.0 fails (it must: the integer 0 decodes to 0.0)
+        ok = (n / power).view("<u8") == values.view("<u8")
+        # Out of range (or NaN: min and max are NaN then) is rare: one check of the whole array
+        # first, each value only when it fails.
+        if not (n.size == 0 or (n.min() >= -_MAX_INT and n.max() <= _MAX_INT)):
+            ok &= np.abs(n) <= _MAX_INT
     return n, ok
+
+
+def _rows_all(ok: np.ndarray) -> np.ndarray:
+    """Per row whether all of it is true: one whole-array check first (the usual answer:
+    every row), the per-row reduction (far slower over booleans) only when it fails."""
+    if ok.all():
+        return np.ones(len(ok), dtype=bool)
+    return np.asarray(ok.all(axis=1))
 
 
 def decimal_scales(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
@@ -173,7 +185,7 @@ def _row_scales(matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     pending = np.arange(len(matrix))
     for k, power in enumerate(_POW10):
         n, ok = _exact(matrix[pending], power)
-        good = ok.all(axis=1)
+        good = _rows_all(ok)
         scales[pending[good]] = k
         integers[pending[good]] = n[good]
         pending = pending[~good]
@@ -190,8 +202,10 @@ def _matrix_scales(matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     rows = np.flatnonzero(scales >= 0)
     every = len(rows) == len(matrix)
     sub = matrix if every else matrix[rows]
-    n, ok = _exact(sub, _POW10[scales[rows]][:, None])
-    good = ok.all(axis=1)
+    row_scales = scales[rows]
+    single = len(rows) and row_scales.min() == row_scales.max()  # a scalar: faster
+    n, ok = _exact(sub, _POW10[row_scales[0]] if single else _POW10[row_scales][:, None])
+    good = _rows_all(ok)
     integers = n if every else np.empty_like(matrix)
     if not every:
         integers[rows] = n
@@ -436,7 +450,10 @@ def _values_matrix(
         target = grouped[at : at + len(rows)]
         target[...] = z
         row_scales = int_scales[rows]
-        if row_scales.any():  # scale 0 (integers) needs no division
+        if row_scales.max() == row_scales.min():  # a scalar divides faster than a column
+            if row_scales[0]:  # scale 0 (integers) needs no division
+                target /= _POW10[row_scales[0]]
+        else:
             target /= _POW10[row_scales][:, None]
         placed.append(int_rows[rows])
         at += len(rows)
