@@ -54,6 +54,8 @@ from contract.wire import ingest_pb2, ingest_pb2_grpc
 from contract.wire.client import BatchSender, open_channel
 
 DATA = Path(__file__).resolve().parent.parent / "tests" / "data"
+RSS_SAMPLE_S = 10.0  # how often the run's RSS is sampled (one /proc/self/status read)
+RSS_WARM_S = 60.0  # the sample that counts as "after warm-up"
 JOB_LOG = DATA / "training" / "megatron_lm_core_r0.8.0_gpt3_7b_8gpu.log"
 
 
@@ -77,6 +79,10 @@ class NodeBench:
     loop_cpu_s: float = 0.0  # the agent loop's thread: collectors, join, sort, encode, cut
     rss_start_mib: float = 0.0  # resident memory when the clock started
     rss_end_mib: float = 0.0  # resident memory when the run ended (flat RSS: end ~ start)
+    # RSS sampled every RSS_SAMPLE_S during the run: after the first minute (the caches and
+    # gRPC's buffers filled) and the highest seen, so "flat" is read off more than two points.
+    rss_warm_mib: float = 0.0
+    rss_max_run_mib: float = 0.0
     dcgm_unsupported: int = 0  # (GPU, field) pairs the simulated DCGM answered NOT_SUPPORTED
 
     def breakdown(self) -> str:
@@ -105,6 +111,8 @@ class NodeBench:
             "(target <= 0.02)",
             f"peak RSS: {self.peak_rss_mib:.1f} MiB (target <= 64); RSS at start "
             f"{self.rss_start_mib:.1f} MiB, at end {self.rss_end_mib:.1f} MiB",
+            f"RSS during the run (every {RSS_SAMPLE_S:g} s): {self.rss_warm_mib:.1f} MiB after "
+            f"{RSS_WARM_S:g} s, at most {self.rss_max_run_mib:.1f} MiB",
             f"DCGM: full contract.dcgm_fields table through the DcgmCollector; "
             f"{self.dcgm_unsupported} (GPU, field) pairs NOT_SUPPORTED, skipped",
             self.breakdown(),
@@ -306,6 +314,20 @@ def _append_job_log(path: Path, stop: threading.Event, every_s: float = 0.5) -> 
             i += 1
 
 
+def _watch_rss(stop: threading.Event, samples: list[tuple[float, float]]) -> None:
+    """(seconds since start, RSS MiB) every RSS_SAMPLE_S until `stop`."""
+    t0 = time.monotonic()
+    while not stop.wait(RSS_SAMPLE_S):
+        samples.append((time.monotonic() - t0, rss_mib()))
+
+
+def _warm_and_max(samples: list[tuple[float, float]], end_mib: float) -> tuple[float, float]:
+    """RSS at the first sample at or after RSS_WARM_S (the end's if the run was shorter) and
+    the highest sampled (the end included)."""
+    warm = next((mib for t, mib in samples if t >= RSS_WARM_S), end_mib)
+    return warm, max([mib for _t, mib in samples] + [end_mib])
+
+
 def _malloc_trim() -> None:
     """glibc's malloc_trim(0): free heap pages go back to the OS (no-op elsewhere)."""
     with contextlib.suppress(OSError, AttributeError):
@@ -360,14 +382,20 @@ def bench_node(
         gc.collect()
         _malloc_trim()
         rss_start = rss_mib()
+        rss_samples: list[tuple[float, float]] = []
+        stop_rss = threading.Event()
+        threading.Thread(target=_watch_rss, args=(stop_rss, rss_samples), daemon=True).start()
         wall0, cpu0, loop0 = time.monotonic(), time.process_time(), time.thread_time()
         stats = agent.run(until=sim_node.end_ts)
         loop_cpu = time.thread_time() - loop0
+        stop_rss.set()
         sender.flush(timeout=10)
         wall, cpu = time.monotonic() - wall0, time.process_time() - cpu0
         stop_writer.set()
         agent.close()  # the last batch is cut, sent and acked (or left in the spool)
         pending = spool.pending_batches
+        rss_end = rss_mib()
+        rss_warm, rss_max = _warm_and_max(rss_samples, rss_end)
         result = NodeBench(
             gpus=gpus,
             wall_s=wall,
@@ -382,7 +410,9 @@ def bench_node(
             collector_cpu_s={t.name: t.cpu_s for t in timed},
             loop_cpu_s=loop_cpu,
             rss_start_mib=rss_start,
-            rss_end_mib=rss_mib(),
+            rss_end_mib=rss_end,
+            rss_warm_mib=rss_warm,
+            rss_max_run_mib=rss_max,
             dcgm_unsupported=sum(len(v) for v in sim_node.dcgm.unsupported_fields().values()),
         )
         parent.send("stop")

@@ -12,6 +12,7 @@ from types import SimpleNamespace
 import pytest
 
 from agent.cli import main as agent_main
+from agent.runtime.bench_node import _warm_and_max
 
 # The bench in a process of its own, as `proof-agent bench` runs it: the suite's process holds
 # whatever earlier tests loaded (a local model, torch), and the bench's peak RSS is its own
@@ -37,6 +38,8 @@ def test_collection_bench_delivers_everything_and_reports_its_cost() -> None:
     # an H100 has no video encoder, page retirement or vGPU license: 5 fields x 8 GPUs skipped
     assert result.dcgm_unsupported == 40
     assert result.rss_start_mib > 10 and result.rss_end_mib > 10
+    # a 3 s run has no sample after warm-up: the end's RSS stands in, and bounds the highest
+    assert result.rss_warm_mib == result.rss_end_mib <= result.rss_max_run_mib
     # everything went through the spool and was acked by the server process
     assert result.spool_pending == 0
     assert result.batches_acked == result.ticks
@@ -51,3 +54,10 @@ def test_bench_command_prints_series_cores_and_rss(capsys: pytest.CaptureFixture
     out = capsys.readouterr().out
     assert "series:" in out and " cores" in out and "peak RSS:" in out
     assert "uprobe cost" not in out
+
+
+def test_rss_after_warm_up_is_the_first_sample_past_a_minute_and_the_max_counts_the_end() -> None:
+    samples = [(10.0, 50.0), (59.9, 53.0), (60.1, 51.0), (70.0, 52.5)]
+    assert _warm_and_max(samples, end_mib=51.5) == (51.0, 53.0)
+    assert _warm_and_max(samples, end_mib=54.0) == (51.0, 54.0)
+    assert _warm_and_max([(10.0, 50.0)], end_mib=49.0) == (49.0, 50.0)
