@@ -88,6 +88,10 @@ TEMP_EXCESS = "temp_peak"  # derived: daily peak GPU temperature
 # derived: the day's mean of each hour's peak temperature less its node peers' median that
 # hour (the trend of a GPU heating up; the daily peak alone is one noisy sample a day)
 TEMP_ABOVE_PEERS = "temp_above_peers"
+# The gauges judged against the node's peers: callers pass them only for the hours the GPU
+# was on its current node (a GPU that moved is not compared with its new neighbours over days
+# it ran elsewhere).
+PEER_GAUGES = (TEMP_EXCESS, THROTTLE_HOURS)
 LINK_WIDTH = "pcie_width_drop"  # derived: PCIe width or gen below its own look-back max
 
 _THROTTLE_BITS = (

@@ -78,6 +78,7 @@ def build_batches(
     parts: dict[tuple[str, str], dict[str, list[np.ndarray]]] = {}
     node_of: dict[tuple[str, str], tuple[int, str]] = {}
     remaps_level: dict[str, float] = {}
+    peer_parts: dict[tuple[str, str], list[tuple[str, str, np.ndarray]]] = {}
     kind_of_gpu_signal = {
         signals.DCGM_FI_DEV_ECC_SBE_VOL_TOTAL: "gpu",
         signals.DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS: "gpu",
@@ -117,7 +118,17 @@ def build_batches(
             if name == signals.DCGM_FI_DEV_PCIE_LINK_GEN:
                 continue
             name, value = fc.LINK_WIDTH, _dense(series, start_ms, hours, "min")
+        if name in fc.PEER_GAUGES:
+            peer_parts.setdefault(comp, []).append((r0.node, name, value))
+            continue
         parts.setdefault(comp, {}).setdefault(name, []).append(value)
+    # The peer-relative gauges (temperature, throttling) only from the series of the node the
+    # component is on now: a GPU that moved is not compared with its new neighbours over
+    # the days it ran elsewhere.
+    for comp, gauges in peer_parts.items():
+        for node, name, value in gauges:
+            if node == node_of[comp][1]:
+                parts.setdefault(comp, {}).setdefault(name, []).append(value)
     for gpu, bucket in xids:
         comp = ("gpu", gpu)
         if comp not in node_of:

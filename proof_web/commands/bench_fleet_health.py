@@ -125,9 +125,16 @@ def pass_at(
     with np.errstate(all="ignore"):
         level_now = np.nanmax(np.where(np.isfinite(remaps), remaps, -np.inf), axis=1)
     level_now = np.where(np.isfinite(level_now), level_now, 0.0)
+    # The peer-relative gauges only over the hours each GPU spent on its node now: a GPU that
+    # moved is not compared with its new neighbours over days it ran elsewhere (the live
+    # pass reads only the newest node's series of these, forecast_services.build_batches).
+    elsewhere = fleet.node_of[sel, lo:end_hour] != nodes_idx[:, None]
     out = {}
     for kind in fc.KINDS:
         window = {name: arr[sel, lo:end_hour] for name, arr in hourly.per_kind[kind].items()}
+        if kind == "gpu" and elsewhere.any():
+            for name in fc.PEER_GAUGES:
+                window[name] = np.where(elsewhere, np.nan, window[name])
         level = (
             {signals.DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS: level_now} if kind == "gpu" else None
         )
