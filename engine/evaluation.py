@@ -90,6 +90,15 @@ class FamilyScore:
         return self.tp / (self.tp + self.fn) if self.tp + self.fn else float("nan")
 
 
+def right_subjects(truth: dict[str, Any]) -> list[dict[str, Any] | None]:
+    """The subjects a verdict of the truth's family may name: the truth's, and the same on the
+    rerun job the truth names (`detail.rerun`: the simulator reruns a diverging recipe on
+    other nodes and it diverges too, so its own verdict is right, not an alarm)."""
+    subj = truth.get("subject")
+    rerun = (truth.get("detail") or {}).get("rerun")
+    return [subj, {**subj, "job": rerun}] if subj and rerun else [subj]
+
+
 def run_one(
     scenario: str,
     seed: int,
@@ -113,6 +122,7 @@ def run_one(
     o = Outcome(scenario, seed, truth, verdicts, 0.0)
     fam, onset = truth.get("family"), truth.get("onset")
     subj = truth.get("subject")
+    right = right_subjects(truth)
     if prefix_step and prefix_alarms:
         lo, hi = store.time_range()
         on = float(onset) if onset is not None else None
@@ -128,7 +138,9 @@ def run_one(
             # The truth's family about another subject (a healthy rank named the straggler)
             # is a wrong verdict too, not an early right one.
             if any(
-                v["family"] == fam and not subject_matches(subj, v.get("subject") or {}) for v in vs
+                v["family"] == fam
+                and not any(subject_matches(s, v.get("subject") or {}) for s in right)
+                for v in vs
             ):
                 o.prefix_alarms.add(fam)
             if matched and o.time_to_verdict is None and names_subject(vs, fam, subj):

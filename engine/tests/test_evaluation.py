@@ -10,6 +10,7 @@ from engine.evaluation import (
     Outcome,
     format_table,
     format_time_to_verdict,
+    right_subjects,
     run_one,
     score,
 )
@@ -96,6 +97,18 @@ def test_a_verdict_of_the_family_about_another_subject_is_not_the_verdict() -> N
     assert names_subject([wrong, right], "slow_rank", truth)
     assert not names_subject([right], "sequence_imbalance", truth)
     assert names_subject([wrong], "slow_rank", None)  # no truth subject: the family decides
+
+
+def test_the_rerun_a_divergence_truth_names_diverges_rightly_too() -> None:
+    truth = {**_truth("numerical_divergence", "job", 0.0, job="J"), "detail": {"rerun": "R"}}
+    rerun = _verdict("numerical_divergence", "job", 0.0, job="R")["subject"]
+    other = _verdict("numerical_divergence", "job", 0.0, job="X")["subject"]
+    right = right_subjects(truth)
+    assert any(subject_matches(s, rerun) for s in right)
+    assert not any(subject_matches(s, other) for s in right)
+    assert right_subjects(_truth("slow_rank", "infrastructure", 0.0, rank=3)) == [
+        _truth("slow_rank", "infrastructure", 0.0, rank=3)["subject"]
+    ]
 
 
 def test_time_to_verdict_waits_for_the_truths_subject(tmp_path: Path) -> None:
