@@ -17,8 +17,8 @@ every sample's timestamp is stored (ts_count = sample_count), concatenated serie
 Sharing halves what a read must decompress and un-shuffle.
 
 Older formats still decode, so rows written before need no rewrite: format 2 ("PB2") is format
-3 with every value XOR the previous value, byte-shuffled (2.93 bytes per sample on disk in
-`proof bench ingest`, where format 3 takes 1.3: docs/ingest.md "Storage"); format 1 ("PB1")
+3 with every value XOR the previous value, byte-shuffled (2.95 bytes per sample on disk in
+`proof bench ingest`, where format 3 takes 1.30: docs/ingest.md "Benchmark"); format 1 ("PB1")
 is format 2 without flags/ts_count, every timestamp stored. Encoding and decoding are
 whole-array numpy operations: no Python loop per sample or per series.
 """
