@@ -7,7 +7,8 @@ a job over [t0, t1], a node's series, events of a GPU or node, a job's log lines
 - `TraceStore` — an in-memory store loaded from a trace file (`proof analyze`, `proof eval`).
   Loading a trace through ingest's storage (protobuf batches into a temporary SQLite database)
   was not used offline: ingest's writer expects agent batches over gRPC with a tenant, and the
-  in-memory store reads a 64-GPU, 30-minute trace within the 60 s target (docs/detectors.md).
+  in-memory store reads a 64-GPU, 30-minute trace in ~12 s of CPU (engine/trace_load.py;
+  docs/scaling.md, "proof analyze at 64 GPUs").
 - `IngestStore` — the live implementation over `ingest.selectors` (one tenant).
 
 Both return the same plain row types (contract.rows), so the detector code is identical live
