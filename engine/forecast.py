@@ -13,8 +13,9 @@ present now, was present on most of the last four days and is growing (a step th
 flat, a burst that stopped and an old flat count are not). Each sign is extrapolated to the
 level at which it ends in a failure (its `limit`: a rate, the spare rows left, the slowdown
 temperature), giving a time to failure; the risk within h days is a logistic in (h − ttf)
-whose width grows with ttf. A component needs two independent signs, or one that has grown
-for `STRONG_SIGN_DAYS` days in a row, to reach the drain level; one young sign is "watch".
+whose width grows with ttf. A component needs two independent signs still rising, or one
+that has grown for `STRONG_SIGN_DAYS` days in a row (or steadily, beyond noise, for one day
+fewer), to reach the drain level; one young sign is "watch".
 When the errors stop the sign is gone the next day, so recovered parts clear.
 """
 
@@ -51,7 +52,7 @@ LATELY_SIGMAS = 2.0
 # than 10%/day, nor a two-day jump faster than ×4.5 per day.
 GROWTH_CLIP = (0.10, 1.5)
 # One sign alone drains only once it has grown this many days in a row (or one day fewer when
-# each of the last two day-over-day rises is beyond noise, on four days present); benign
+# each of the last two day-over-day rises is beyond STEADY_SIGMAS of noise); benign
 # bursts and recovering links seen in the field last one to three days (docs/fleet-health.md).
 STRONG_SIGN_DAYS = 4
 # …or when it has grown three days, was present four, and projects to fail within SOON_DAYS.
