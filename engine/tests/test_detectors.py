@@ -83,6 +83,18 @@ def test_divergence_on_clean_hardware_is_numerical_divergence() -> None:
     assert detect_hardware_fault(w) == []
 
 
+def test_a_non_finite_loss_is_a_divergence_from_the_second_logged_line() -> None:
+    # a job logging every 40 s prints its first NaN on its 3rd line: no 5-line wait for it
+    found = detect_numerical_divergence(window(steps=steps(np.array([3.1, 3.0, np.nan]))))
+    assert [f.family for f in found] == ["numerical_divergence"]
+    assert found[0].title == "Training diverged: the loss went non-finite"
+    assert detect_numerical_divergence(window(steps=steps(np.array([np.nan, 3.0])))) == []
+    # a loss that doubles its low still needs a low worth the name: 5 logged losses
+    assert detect_numerical_divergence(window(steps=steps(np.array([3.1, 3.0, 7.0])))) == []
+    rose = detect_numerical_divergence(window(steps=steps(np.array([3.1, 3.0, 2.9, 2.9, 7.0]))))
+    assert [f.title for f in rose] == ["Training diverged: the loss exploded"]
+
+
 def test_divergence_after_xid_on_job_gpu_is_hardware_fault() -> None:
     xid = EventRow(T0 + 200, signals.EVENT_XID, "n0", gpu_uuid(1), 1, "", 94.0, "NVRM: Xid 94")
     w = window(steps=steps(_divergent_loss()), events=[xid])
