@@ -65,6 +65,9 @@ STEADY_SIGMAS = 3.0
 # Today's rise (in log) must be at least this share of yesterday's for a sign to count as one
 # of two independent signs, or as steady.
 SUSTAINED_SHARE = 1.0 / 3.0
+# Days of a gauge on its current node, before the trend window, that a peer sign needs as its
+# baseline (the GPU's usual offset from its neighbours).
+PEER_BASELINE_DAYS = 3
 # A single young sign is capped below the drain level: it is worth watching, not draining.
 SINGLE_SIGN_RISK_CAP = 0.45
 # Risk levels (of failure within 7 days, or 1 day for urgent).
@@ -431,7 +434,16 @@ def forecast_batch(batch: ComponentBatch) -> BatchForecast:
             g = _slope(tail)  # units per day
             present = (np.nan_to_num(tail, nan=0.0) >= 0.5 * rule.floor).sum(axis=1)
             now = np.nan_to_num(x[:, -1], nan=0.0)
-            sign = (present >= PERSIST_MIN_DAYS) & (now >= rule.floor) & (g >= 0.5 * rule.floor)
+            # A baseline first: a GPU new on its node (moved, or back after a gap) has no usual
+            # offset from these peers yet, and arriving in the middle of a rack-wide hot spell
+            # its offset moves as the spell ends (a false drain, seeds 1, 4 and 6).
+            known = np.isfinite(x[:, :-TREND_DAYS]).sum(axis=1) >= PEER_BASELINE_DAYS
+            sign = (
+                known
+                & (present >= PERSIST_MIN_DAYS)
+                & (now >= rule.floor)
+                & (g >= 0.5 * rule.floor)
+            )
             if rule.signal == TEMP_EXCESS:
                 margin = rule.limit - np.nan_to_num(d[:, -1], nan=-np.inf)
             else:

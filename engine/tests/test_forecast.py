@@ -163,6 +163,14 @@ def test_a_gpu_heating_above_its_node_peers_is_flagged_and_a_hot_rack_is_not() -
         )
     )
     assert rack.level.max() == 0
+    # The same heating GPU new on its node (data only for the last five days: no usual
+    # offset from these peers yet) is not judged against them.
+    new = temp.copy()
+    new[0, :-5] = np.nan
+    fresh = fc.forecast_batch(
+        fc.ComponentBatch("gpu", [f"g{i}" for i in range(n)], nodes, 0.0, {fc.TEMP_EXCESS: new})
+    )
+    assert fresh.level[0] == 0 and not fresh.active[0].any()
 
 
 def test_remap_headroom_near_the_spare_rows_shortens_time_to_failure() -> None:
