@@ -23,6 +23,7 @@ import numpy as np
 from contract import signals
 from contract.parsers import training as tp
 from contract.rows import EventRow, JobMeta, LogRow, SeriesData
+from engine import window_grid
 from engine.store import FLEET_HEALTH_SIGNALS, GpuHealthStore, SignalStore, is_gpu_scope
 
 # Source names a verdict reports under "could not see".
@@ -154,6 +155,8 @@ class JobWindow:
     related: dict[str, StepTable] = field(default_factory=dict)  # reruns: job id -> steps
     related_meta: dict[str, JobMeta] = field(default_factory=dict)
     missing_sources: set[str] = field(default_factory=set)
+    # What built gpu/proc/worker_cpu, for the next window of the job to update (live).
+    matrices: window_grid.Matrices | None = field(default=None, repr=False, compare=False)
 
     @property
     def world(self) -> int:
@@ -222,47 +225,6 @@ def merge_series(parts: list[SeriesData]) -> SeriesData:
     vals = np.concatenate([p.values for p in parts])
     order = np.argsort(ts, kind="stable")
     return SeriesData(parts[0].info, ts[order], vals[order])
-
-
-def _place(out: np.ndarray, row: int, s: SeriesData, t0: float, dt: float, add: bool) -> None:
-    if not len(s.ts):
-        return
-    idx = np.rint((s.ts - t0) / dt).astype(np.int64)
-    ok = (idx >= 0) & (idx < out.shape[1])
-    if add:
-        cur = out[row]
-        target = idx[ok]
-        vals = s.values[ok]
-        base = np.where(np.isnan(cur[target]), 0.0, cur[target])
-        cur[target] = base  # NaN -> 0 where a value lands, then accumulate
-        np.add.at(cur, target, vals)
-    else:
-        out[row, idx[ok]] = s.values[ok]
-
-
-def _place_many(
-    out: np.ndarray, rows: list[int], parts: list[SeriesData], t0: float, dt: float, add: bool
-) -> None:
-    """`_place` for many rows of one matrix at once: one concatenation and one scatter instead
-    of a few numpy calls per series (a 64-GPU job's window has ~2,000 series; placing them one
-    by one was a quarter of its evaluation). Where two samples land in one cell the later
-    series' wins, as placing them one after the other did."""
-    kept = [(r, s) for r, s in zip(rows, parts, strict=True) if len(s.ts)]
-    if not kept:
-        return
-    ts = np.concatenate([s.ts for _, s in kept])
-    values = np.concatenate([s.values for _, s in kept])
-    row = np.repeat(np.array([r for r, _ in kept], dtype=np.int64), [len(s.ts) for _, s in kept])
-    idx = np.rint((ts - t0) / dt).astype(np.int64)
-    ok = (idx >= 0) & (idx < out.shape[1])
-    row, idx, values = row[ok], idx[ok], values[ok]
-    if add:
-        flat = out.reshape(-1)  # a view: the matrices are built contiguous here
-        cells = row * out.shape[1] + idx
-        flat[cells] = np.where(np.isnan(flat[cells]), 0.0, flat[cells])  # NaN -> 0, then add
-        np.add.at(flat, cells, values)
-    else:
-        out[row, idx] = values
 
 
 def _bar_refreshes(rows: list[LogRow]) -> list[LogRow]:
@@ -462,9 +424,19 @@ def job_span(store: SignalStore, job: str) -> tuple[float, float]:
 
 
 def build_job_window(
-    store: SignalStore, job: str, t0: float | None = None, t1: float | None = None
+    store: SignalStore,
+    job: str,
+    t0: float | None = None,
+    t1: float | None = None,
+    *,
+    reuse: window_grid.Matrices | None = None,
+    changed_from: float | None = None,
 ) -> JobWindow:
-    """The job's window; [t0, t1] defaults to the job's whole observed life."""
+    """The job's window; [t0, t1] defaults to the job's whole observed life.
+
+    `reuse`, `changed_from`: the previous window's `matrices` of this job and the earliest
+    sample time the store's data may differ from what that window saw (the live pipeline's
+    cache: engine/window_grid.py); the matrices are then updated, not rebuilt."""
     a, b = job_span(store, job)
     t0 = a if t0 is None else t0
     t1 = b if t1 is None else t1
@@ -495,20 +467,24 @@ def build_job_window(
     n_t = max(1, int(np.floor((t1 - t0) / dt)) + 1)
     times = t0 + dt * np.arange(n_t)
     n_r = len(ranks)
-    gpu: dict[str, np.ndarray] = {}
-    proc: dict[str, np.ndarray] = {}
-    worker: np.ndarray | None = None
     gpu_raw: dict[str, dict[str, SeriesData]] = {}
     inference: list[SeriesData] = []
     gpu_parts: dict[tuple[str, str], list[SeriesData]] = {}
     # Process-scope series to place, per signal: (rows, series), placed together below.
     proc_parts: dict[str, tuple[list[int], list[SeriesData]]] = {}
+    worker_rows: list[int] = []
+    worker_parts: list[SeriesData] = []
+    # Per name, not per series: a 200-GPU job's window has ~13,000 series of ~30 names.
+    gpu_scope: dict[str, bool] = {}
     for s in series:
         i = s.info
         if i.name.startswith(signals.INFERENCE_PREFIXES):
             inference.append(s)
             continue
-        if is_gpu_scope(i.name):
+        scoped = gpu_scope.get(i.name)
+        if scoped is None:
+            scoped = gpu_scope[i.name] = is_gpu_scope(i.name)
+        if scoped:
             # The agent joins identity at collection time, so one GPU's signal arrives in
             # pieces (before the job, with the job's pid/rank): merged per (GPU, name).
             if i.gpu in row_of_gpu:
@@ -523,26 +499,34 @@ def build_job_window(
             elif i.name == signals.HOST_CPU_UTIL and i.rank is not None:
                 row = row_of_rank.get(i.rank)
                 if row is not None:
-                    if worker is None:
-                        worker = np.full((n_r, n_t), np.nan)
-                    tmp = np.full((1, n_t), np.nan)
-                    _place(tmp, 0, s, t0, dt, add=False)
-                    worker[row] = np.fmax(worker[row], tmp[0])
-    for name, (rows_of, parts_of) in proc_parts.items():
-        proc[name] = np.full((n_r, n_t), np.nan)
-        # nccl.* come per op: summed over ops.
-        _place_many(proc[name], rows_of, parts_of, t0, dt, add=name.startswith(signals.NCCL_PREFIX))
-    gpu_merged: dict[str, tuple[list[int], list[SeriesData]]] = {}
+                    worker_rows.append(row)
+                    worker_parts.append(s)
+    # Per signal, per GPU row the pieces of its series, merged in time order by the grid
+    # (only the part it places, when it updates the last window's matrices).
+    gpu_groups: dict[str, tuple[list[int], list[list[SeriesData]]]] = {}
     for (g, name), parts in gpu_parts.items():
-        merged = merge_series(parts)
-        rows_of, parts_of = gpu_merged.setdefault(name, ([], []))
+        rows_of, pieces_of = gpu_groups.setdefault(name, ([], []))
         rows_of.append(row_of_gpu[g])
-        parts_of.append(merged)
         if signals.is_cumulative(name):
+            merged = merge_series(parts)
             gpu_raw.setdefault(g, {})[name] = merged
-    for name, (rows_of, parts_of) in gpu_merged.items():
-        gpu[name] = np.full((n_r, n_t), np.nan)
-        _place_many(gpu[name], rows_of, parts_of, t0, dt, add=False)
+            pieces_of.append([merged])
+        else:
+            pieces_of.append(parts)
+    groups = window_grid.Groups(
+        gpu=gpu_groups,
+        # nccl.* come per op: summed over ops.
+        proc={
+            name: (rows_of, parts_of, name.startswith(signals.NCCL_PREFIX))
+            for name, (rows_of, parts_of) in proc_parts.items()
+        },
+        worker=(worker_rows, worker_parts),
+    )
+    layout = (tuple(ranks), tuple(gpu_groups), tuple(proc_parts), tuple(worker_rows))
+    matrices = window_grid.place(
+        groups, window_grid.Grid(t0, dt, n_t), n_r, layout, reuse, changed_from
+    )
+    gpu, proc, worker = matrices.gpu, matrices.proc, matrices.worker
     nodes = sorted({r.node for r in ranks if r.node} | set(meta.nodes))
     node_series: dict[str, list[SeriesData]] = {}
     events: list[EventRow] = []
@@ -587,6 +571,7 @@ def build_job_window(
         events=events,
         related=related,
         related_meta=related_meta,
+        matrices=matrices,
     )
     window.missing_sources = missing_sources(window)
     return window

@@ -24,7 +24,7 @@ from django.db import connection
 from engine.window import JobWindow, build_job_window
 from investigations.live import IngestStore
 from investigations.models import Incident, JobActivity, VerdictRevision
-from investigations.services import WINDOW_S
+from investigations.services import window_start
 from investigator.model import (
     EndpointRefused,
     ExplainUnavailable,
@@ -71,7 +71,7 @@ def job_window(operator_id: int, incident: Incident) -> JobWindow | None:
     if activity is None:
         return None
     t1 = activity.last_data_ts
-    t0 = max(activity.first_data_ts, t1 - WINDOW_S)
+    t0 = window_start(activity.first_data_ts, t1)
     job = activity.job.job_id
     store = IngestStore(operator_id, {job: (activity.first_data_ts, activity.last_data_ts)})
     return build_job_window(store, job, t0, t1)

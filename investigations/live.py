@@ -172,7 +172,13 @@ def detect_job(
             )
             if set(store.jobs()) - set(spans):  # a rerun appeared: its span too
                 store.spans = _spans(operator_id, store.jobs())
-            window = build_job_window(store, job, t0, t1)
+            # Taken out while this window is built: one that fails part-way must not leave
+            # matrices older than the entry's data for the next window to update.
+            previous, entry.matrices = entry.matrices, None
+            window = build_job_window(
+                store, job, t0, t1, reuse=previous, changed_from=store.changed_from
+            )
+            entry.matrices = window.matrices
         # Still under the lock: the window's raw series are views of the entry's arrays.
         return window, build_verdicts(run_detectors(window), window)
 

@@ -11,6 +11,7 @@ docs/live-pipeline.md describes the lifecycle; the numbers below carry their rea
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -61,6 +62,8 @@ log = logging.getLogger(__name__)
 # checkpoints, a loss trend and hundreds of steps; bounded so an evaluation's cost does not
 # grow with the job's age. A younger job is seen from its first sample.
 WINDOW_S = 1800.0
+# Its start moves in whole minutes (window_start).
+WINDOW_STEP_S = 60.0
 # A finding absent for 10 min of data time resolves its incident. Shorter would flap on
 # periodic problems (a checkpoint stall recurs at each save, typically every 10–60 min);
 # longer keeps a fixed problem open for no reason.
@@ -79,6 +82,17 @@ CONTINUITY_S = 120.0
 # A verdict revision is kept when the verdict changes in substance: family, category,
 # subject, title or recommendation, or confidence moving by at least this much.
 CONFIDENCE_STEP = 0.05
+
+
+def window_start(first_ts: float, t1: float) -> float:
+    """The start of a live window ending at `t1`: the job's first data, or once the job is
+    longer than WINDOW_S, WINDOW_S before t1 rounded down to a whole WINDOW_STEP_S after the
+    first data. A start that moves in whole minutes keeps the window's grid where it was, so
+    the next evaluation updates the last one's matrices instead of placing every sample again
+    (engine/window_grid.py); the window is up to a minute longer than WINDOW_S."""
+    if t1 - first_ts <= WINDOW_S:
+        return first_ts
+    return first_ts + math.floor((t1 - WINDOW_S - first_ts) / WINDOW_STEP_S) * WINDOW_STEP_S
 
 
 def _dt(ts: float) -> datetime:
@@ -258,7 +272,7 @@ def evaluate_job(operator_id: int, job_pk: int) -> EvaluationResult:
         if cache.get(cadence.seen_key(operator_id, job_pk)) == seen:
             return EvaluationResult("unchanged")
         t1 = activity.last_data_ts
-        t0 = max(activity.first_data_ts, t1 - WINDOW_S)
+        t0 = window_start(activity.first_data_ts, t1)
         ended = job.state in TERMINAL_JOB_STATES
         entry = window_cache.CACHE.entry(operator_id, job.job_id)
         full_reads = entry.full_reads

@@ -41,6 +41,7 @@ import numpy as np
 from django.conf import settings
 
 from contract.rows import EventRow, JobMeta, LogRow, ProcessInfo, SeriesData, SeriesInfo
+from engine.window_grid import Matrices
 from ingest import selectors as ingest_selectors
 from tenants.context import tenant_context
 
@@ -96,6 +97,10 @@ class _Entry:
     catalog_read_at: float = float("-inf")  # when the catalogs were last read whole
     full_reads: int = 0
     delta_reads: int = 0
+    # The last window's matrices (engine/window_grid.py), which the next window of the job
+    # updates from the refresh's cutoff instead of placing the whole window again; None after
+    # a refresh that read in full or added series (their earlier samples are new to them).
+    matrices: Matrices | None = None
     # Held by an evaluation from its refresh to the end of its detectors (the window's raw
     # series are views of the held arrays): two evaluations of one job in one worker (its
     # evaluation lock expired under load) must not refresh the entry under each other's reads.
@@ -103,7 +108,9 @@ class _Entry:
 
     def samples(self) -> int:
         held = sum(len(h) for h in self.series.values())
-        return held + sum(len(h) for hs in self.node_series.values() for h in hs.values())
+        held += sum(len(h) for hs in self.node_series.values() for h in hs.values())
+        # A matrix cell is 8 bytes, a held sample 16.
+        return held + (self.matrices.cells() // 2 if self.matrices is not None else 0)
 
 
 class WindowCache:
@@ -258,6 +265,11 @@ class CachedIngestStore:
         self.spans = dict(spans)
         self.cache = cache if cache is not None else CACHE
         self.entry = self.cache.entry(operator_id, job)
+        # The earliest sample time this refresh may have changed (its cutoff), None when it
+        # read in full or added series: what the window builder may update its last
+        # matrices from (engine/window_grid.py).
+        self.changed_from: float | None = None
+        self._added = False  # whether this refresh added series to the catalogs
         try:
             self._refresh(
                 t0, t1, job_state, late or LateData(), time.monotonic() if now is None else now
@@ -294,6 +306,7 @@ class CachedIngestStore:
         else:
             cutoff = max(cutoff, t0)
             e.delta_reads += 1
+        self._added = False
         stale_meta = now - e.meta_read_at >= META_TTL_S or e.meta_key != job_state or full
         with tenant_context(op):
             if stale_meta:
@@ -329,7 +342,9 @@ class CachedIngestStore:
                 e.logs = e.logs[-LOG_LIMIT:]
         e.start = min(e.start, t0)
         e.through = t1
-        keep_from = t0
+        self.changed_from = None if full or self._added else cutoff
+        # What the window reads from t0 on (within the ms tolerance of its cut) stays held.
+        keep_from = t0 - _MS_TOLERANCE
         if e.start < keep_from - TRIM_SLACK_S:
             _trim(e.series, keep_from)
             for held in e.node_series.values():
@@ -353,6 +368,7 @@ class CachedIngestStore:
         if old is not None and np.isfinite(e.start):
             added = {sid: info for sid, info in new.infos.items() if sid not in old.infos}
             if added:
+                self._added = True
                 part = ingest_selectors.SeriesCatalog(added, new.node_ids)
                 for s in ingest_selectors.catalog_samples(self.operator_id, part, e.start, cutoff):
                     held[s.info] = _Held(s)  # the refresh then replaces it from `cutoff` on
@@ -360,6 +376,7 @@ class CachedIngestStore:
 
     @staticmethod
     def _clear(e: _Entry) -> None:
+        e.matrices = None
         e.series.clear()
         e.node_series.clear()
         e.events.clear()
