@@ -127,7 +127,7 @@ class WindowCache:
     def max_samples(self) -> int:
         if self._max_samples is not None:
             return self._max_samples
-        return int(getattr(settings, "PROOF_EVAL_CACHE_SAMPLES", 20_000_000))
+        return int(getattr(settings, "PROOF_EVAL_CACHE_SAMPLES", 64_000_000))
 
     def entry(self, operator_id: int, job: str) -> _Entry:
         key = (operator_id, job)

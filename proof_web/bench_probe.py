@@ -4,7 +4,7 @@
 Active only where `PROOF_BENCH_PROBE` names a file (or after `install(path)`); it appends one
 JSON line per event, so several worker processes (prefork children included) can share it:
 
-- `{"event": "task", "task", "cpu_s", "wall_s", "args", "pid", "pool_cpu_s", "t"}` for every
+- `{"event": "task", "task", "cpu_s", "wall_s", "args", "pid", "pool_cpu_s", "evictions", "t"}` for every
   `evaluate_job` / `evaluate_fleet_health` run: CPU time of the thread that ran the task body
   (`time.thread_time()` at Celery's task_prerun and task_postrun, same thread), wall time, and
   the process's decode pool CPU so far (`ingest.selectors.pool_decode_cpu_s()`: reads of more
@@ -67,6 +67,7 @@ def _postrun(sender: Any = None, task_id: str | None = None, **kwargs: Any) -> N
     cpu0, wall0 = began
     # Imported here for the reason _on_verdict gives: ingest's selectors import its models.
     from ingest.selectors import pool_decode_cpu_s
+    from investigations.window_cache import CACHE
 
     _write(
         {
@@ -77,6 +78,9 @@ def _postrun(sender: Any = None, task_id: str | None = None, **kwargs: Any) -> N
             "args": list(kwargs.get("args") or ()),
             "pid": os.getpid(),
             "pool_cpu_s": pool_decode_cpu_s(),
+            # The worker's window cache: entries dropped for its bound so far (each costs
+            # its job's next evaluation a read of the whole window).
+            "evictions": CACHE.evictions,
             "t": time.time(),
         }
     )

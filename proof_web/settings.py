@@ -181,7 +181,7 @@ PROOF_EVAL_QUEUES = env_int("PROOF_EVAL_QUEUES", 1, minimum=1)
 CELERY_TASK_ROUTES = ("investigations.routing.route_task",)
 # Samples (16 bytes each) a worker keeps of its jobs' recent data (investigations/
 # window_cache.py); the least recently evaluated jobs are dropped first.
-PROOF_EVAL_CACHE_SAMPLES = env_int("PROOF_EVAL_CACHE_SAMPLES", 20_000_000, minimum=0)
+PROOF_EVAL_CACHE_SAMPLES = env_int("PROOF_EVAL_CACHE_SAMPLES", 64_000_000, minimum=0)
 
 if REDIS_URL:
     CHANNEL_LAYERS = {

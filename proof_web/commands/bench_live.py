@@ -462,6 +462,15 @@ def _cpu_lines(
             f"  CPU per GPU per evaluate_job: median {np.median(per_gpu_eval) * 1000:.1f} ms, "
             f"p90 {np.percentile(per_gpu_eval, 90) * 1000:.1f} ms"
         )
+    evictions: dict[int, int] = {}
+    for e in tasks:
+        if "evictions" in e:
+            evictions[int(e["pid"])] = max(evictions.get(int(e["pid"]), 0), int(e["evictions"]))
+    if evictions:
+        lines.append(
+            f"  window cache evictions (PROOF_EVAL_CACHE_SAMPLES): {sum(evictions.values())} "
+            f"over {len(evictions)} worker processes"
+        )
     if wall_s > 0:
         lines.append(
             f"  evaluations per second: {(len(jobs) + len(fleet)) / wall_s:.2f} "
