@@ -21,7 +21,7 @@ def _same(a: JobWindow, b: JobWindow) -> None:
         for name in da:
             assert np.array_equal(da[name], db[name], equal_nan=True), (kind, name)
     assert (a.worker_cpu is None) == (b.worker_cpu is None)
-    if a.worker_cpu is not None:
+    if a.worker_cpu is not None and b.worker_cpu is not None:
         assert np.array_equal(a.worker_cpu, b.worker_cpu, equal_nan=True)
 
 
@@ -82,12 +82,12 @@ def test_a_growing_window_updated_is_the_window_built_whole(scenario: str) -> No
 def test_a_window_whose_start_moves_by_whole_minutes_is_updated_and_the_same() -> None:
     run = simulator.simulate("checkpoint_stall", seed=1, duration_s=420, nodes=1, gpus_per_node=4)
     records = _jitter(list(run.records()), seed=1)
-    first = min(r["ts"] for r in records)
+    first = float(min(r["ts"] for r in records))
     job = next(iter(TraceStore.from_records(records).jobs()))
     length = 180.0
 
     def start(end: float) -> float:  # as investigations.services.window_start, 180 s windows
-        return first if end - first <= length else first + ((end - length - first) // 60) * 60
+        return first if end - first <= length else first + float((end - length - first) // 60) * 60
 
     ends = [first + t for t in (150.0, 200.0, 245.0, 300.0, 330.0, 420.0)]
     pairs = _updates(records, job, ends, start)
