@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,6 +16,7 @@ import pytest
 from asgiref.sync import async_to_sync
 from channels.auth import AuthMiddlewareStack
 from channels.db import database_sync_to_async
+from channels.layers import channel_layers
 from channels.routing import URLRouter
 from channels.testing import WebsocketCommunicator
 from django.conf import settings
@@ -55,9 +56,17 @@ class World:
 
 
 @pytest.fixture(autouse=True)
-def _fresh() -> None:
+def _fresh() -> Iterator[None]:
     ingest_selectors.clear_cache()
     receivers.POINTS.clear()  # a fresh throttle per test
+    # A channel layer of its own per test: channels_redis keeps its receive lock on the layer
+    # and binds it to the event loop of the first receiver, and each test runs its consumers
+    # on a loop of its own (async_to_sync). A receiver left from an earlier test (a browser
+    # test's server, a communicator not yet gone) kept the old lock, and five tests of this
+    # module then failed in CI's full run with "Lock ... is bound to a different event loop".
+    channel_layers.backends.clear()
+    yield
+    channel_layers.backends.clear()
 
 
 @pytest.fixture
