@@ -306,7 +306,6 @@ class CachedIngestStore:
         else:
             cutoff = max(cutoff, t0)
             e.delta_reads += 1
-        self._added = False
         stale_meta = now - e.meta_read_at >= META_TTL_S or e.meta_key != job_state or full
         with tenant_context(op):
             if stale_meta:

@@ -307,13 +307,26 @@ def enqueue_for_notification(note: Notification) -> int:
         "money_lost": str(money) if money is not None else None,
         "currency": currency,
     }
+    return _queue(operator_id, targets, note.kind, event_id, payload, incident_id=note.incident_id)
+
+
+def _queue(
+    operator_id: int,
+    targets: list[NotificationChannel],
+    kind: str,
+    event_id: str,
+    payload: dict[str, Any],
+    *,
+    incident_id: int | None = None,
+) -> int:
+    """One pending outbox row per target channel; how many were asked for."""
     now = timezone.now()
     rows = [
         OutboxDelivery(
             operator_id=operator_id,
             channel=c,
-            incident_id=note.incident_id,
-            kind=note.kind,
+            incident_id=incident_id,
+            kind=kind,
             event_id=event_id,
             payload=payload,
             state=DeliveryState.PENDING,
@@ -442,21 +455,7 @@ def enqueue_for_forecast(operator_id: int, forecast: ComponentForecast, previous
         "money_lost": None,
         "currency": "USD",
     }
-    now = timezone.now()
-    rows = [
-        OutboxDelivery(
-            operator_id=operator_id,
-            channel=c,
-            kind=DeliveryKind.FORECAST,
-            event_id=event_id,
-            payload=payload,
-            state=DeliveryState.PENDING,
-            next_attempt_at=now,
-        )
-        for c in targets
-    ]
-    OutboxDelivery.objects.bulk_create(rows, ignore_conflicts=True)
-    return len(rows)
+    return _queue(operator_id, targets, DeliveryKind.FORECAST, event_id, payload)
 
 
 def active_secrets(channel: NotificationChannel, now: datetime) -> list[str]:
