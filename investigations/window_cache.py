@@ -97,6 +97,9 @@ class _Entry:
     catalog_read_at: float = float("-inf")  # when the catalogs were last read whole
     full_reads: int = 0
     delta_reads: int = 0
+    # Refreshes that found series new to the catalogs and read them over the whole held span
+    # (their matrices are then built whole): what `proof bench live`'s probe reports.
+    added_reads: int = 0
     # The last window's matrices (engine/window_grid.py), which the next window of the job
     # updates from the refresh's cutoff instead of placing the whole window again; None after
     # a refresh that read in full or added series (their earlier samples are new to them).
@@ -160,6 +163,14 @@ class WindowCache:
 
     def __len__(self) -> int:
         return len(self._entries)
+
+    def read_counts(self) -> dict[str, list[int]]:
+        """Per entry ("operator:job"): its full, delta and added-series reads so far."""
+        with self._lock:
+            return {
+                f"{op}:{job}": [e.full_reads, e.delta_reads, e.added_reads]
+                for (op, job), e in self._entries.items()
+            }
 
 
 # One per worker process (each prefork child has its own, by fork).
@@ -367,6 +378,8 @@ class CachedIngestStore:
         if old is not None and np.isfinite(e.start):
             added = {sid: info for sid, info in new.infos.items() if sid not in old.infos}
             if added:
+                if not self._added:
+                    e.added_reads += 1
                 self._added = True
                 part = ingest_selectors.SeriesCatalog(added, new.node_ids)
                 for s in ingest_selectors.catalog_samples(self.operator_id, part, e.start, cutoff):

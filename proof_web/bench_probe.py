@@ -9,7 +9,8 @@ JSON line per event, so several worker processes (prefork children included) can
   (`time.thread_time()` at Celery's task_prerun and task_postrun, same thread), wall time, and
   the process's decode pool CPU so far (`ingest.selectors.pool_decode_cpu_s()`: reads of more
   than a few blocks decode on a thread pool, which the task thread's time leaves out; the bench
-  adds each process's growth over the run);
+  adds each process's growth over the run), and per job in the worker's window cache its full,
+  delta and added-series reads so far (`reads`);
 - `{"event": "verdict", "kind", "operator", "incident", "job_pk", "family", "data_ts",
   "evaluated_through_ts", "t"}` for every notification of the hook
   (investigations.notifications), right after the evaluation that produced it committed:
@@ -81,6 +82,9 @@ def _postrun(sender: Any = None, task_id: str | None = None, **kwargs: Any) -> N
             # The worker's window cache: entries dropped for its bound so far (each costs
             # its job's next evaluation a read of the whole window).
             "evictions": CACHE.evictions,
+            # Per job held: [full reads, delta reads, reads of series new to the catalogs] so
+            # far, so the bench can tell which evaluations read more than their delta.
+            "reads": CACHE.read_counts(),
             "t": time.time(),
         }
     )

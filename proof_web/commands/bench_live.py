@@ -471,10 +471,52 @@ def _cpu_lines(
             f"  window cache evictions (PROOF_EVAL_CACHE_SAMPLES): {sum(evictions.values())} "
             f"over {len(evictions)} worker processes"
         )
+    lines += _read_kind_lines(jobs, gpus_per_job)
     if wall_s > 0:
         lines.append(
             f"  evaluations per second: {(len(jobs) + len(fleet)) / wall_s:.2f} "
             f"({len(jobs) + len(fleet)} in {wall_s:.0f} s wall)"
+        )
+    return lines
+
+
+def _read_kind_lines(
+    jobs: Sequence[dict[str, Any]], gpus_per_job: dict[tuple[int, int], int]
+) -> list[str]:
+    """Which of the evaluations read more than their delta, from the probe's per-entry read
+    counters (a task's reads are the growth since the previous task of its process), and
+    each job's runs and CPU."""
+    kinds: dict[str, list[float]] = {"full": [], "added series": [], "delta": []}
+    previous: dict[int, dict[str, list[int]]] = {}
+    for e in sorted(jobs, key=lambda e: float(e["t"])):
+        reads: dict[str, list[int]] = e.get("reads") or {}
+        before = previous.get(int(e["pid"]), {})
+        grew = [
+            (now[0] - before.get(key, [0, 0, 0])[0], now[2] - before.get(key, [0, 0, 0])[2])
+            for key, now in reads.items()
+        ]
+        previous[int(e["pid"])] = reads
+        if any(full > 0 for full, _ in grew):
+            kinds["full"].append(float(e["cpu_s"]))
+        elif any(added > 0 for _, added in grew):
+            kinds["added series"].append(float(e["cpu_s"]))
+        else:
+            kinds["delta"].append(float(e["cpu_s"]))
+    if not any("reads" in e for e in jobs):
+        return []
+    lines = [
+        "  evaluate_job by read: "
+        + ", ".join(f"{kind} {len(v)} runs {sum(v):.1f} s CPU" for kind, v in kinds.items())
+    ]
+    per_job: dict[tuple[int, int], list[float]] = {}
+    for e in jobs:
+        if len(e["args"]) >= 2:
+            per_job.setdefault((e["args"][0], e["args"][1]), []).append(float(e["cpu_s"]))
+    for (op, pk), cpu in sorted(per_job.items()):
+        lines.append(
+            f"    job {op}:{pk} ({gpus_per_job.get((op, pk), 0)} GPUs): {len(cpu)} runs, "
+            f"{sum(cpu):.1f} s CPU, median {np.median(cpu) * 1000:.0f} ms, "
+            f"max {max(cpu) * 1000:.0f} ms"
         )
     return lines
 
