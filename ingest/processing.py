@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,6 +25,7 @@ import numpy as np
 from contract import limits as L
 from contract.rows import SeriesInfo
 from contract.wire import ingest_pb2
+from ingest import server_wire
 from ingest.storage import MAX_BLOCK_SPAN_MS
 
 JOB_STATES = ("running", "completed", "failed", "cancelled")
@@ -116,6 +118,9 @@ class DecodedBatch:
     rejected_records: int = 0
     rejected_by: dict[tuple[str, str], int] = field(default_factory=dict)
     rejected_samples: int = 0
+    # Shared by the batches of an agent whose series are byte for byte the same (see
+    # _SeriesSection): storage keeps what it derives from `series` here.
+    series_memo: dict[Any, Any] = field(default_factory=dict)
 
     @property
     def sample_count(self) -> int:
@@ -295,28 +300,122 @@ def _decode_samples(
         raise BatchRejected(
             "oversized", f"batch has {n_series} series, over the limit of {limits.max_series}"
         )
-    if len(batch.sample_counts) != n_series:
+    try:
+        counts, deltas, values = server_wire.sample_arrays(batch)
+    except server_wire.WireFormatError as exc:
+        raise BatchRejected("malformed", f"the message is not a valid Batch: {exc}") from None
+    if len(counts) != n_series:
         raise BatchRejected(
             "malformed",
-            f"sample_counts has {len(batch.sample_counts)} entries for {n_series} series",
+            f"sample_counts has {len(counts)} entries for {n_series} series",
         )
-    counts = np.array(batch.sample_counts, dtype=np.int64)
     total = int(counts.sum())
     if total > limits.max_samples:
         raise BatchRejected(
             "oversized", f"batch has {total} samples, over the limit of {limits.max_samples}"
         )
-    if len(batch.ts_ms) != total or len(batch.values) != total:
+    if len(deltas) != total or len(values) != total:
         raise BatchRejected(
             "malformed",
-            f"sample_counts add up to {total} but there are {len(batch.ts_ms)} timestamps and "
-            f"{len(batch.values)} values",
+            f"sample_counts add up to {total} but there are {len(deltas)} timestamps and "
+            f"{len(values)} values",
         )
+    series, bad_series = _series_of(batch, strings, out)
+    if total == 0:
+        out.series = [k for k in series if k is not None]
+        out.counts = counts[[k is not None for k in series]] if bad_series else counts
+        return
+    ts_ms = np.cumsum(deltas)
+    keep = np.isfinite(values)
+    lo_ms, hi_ms = window.lo_us // 1000, window.hi_us // 1000
+    first, last = int(ts_ms.min()), int(ts_ms.max())
+    if not bad_series and keep.all() and lo_ms <= first and last <= hi_ms:
+        # The usual batch: every sample good, nothing to mask (no per-sample work).
+        out.series = series  # type: ignore[assignment]  # no None in it
+        out.counts, out.ts_ms, out.values = counts, ts_ms, values
+        _check_span(first, last, limits)
+        return
+    in_window = (ts_ms >= lo_ms) & (ts_ms <= hi_ms)
+    keep &= in_window
+    series_ok = np.ones(n_series, dtype=bool)
+    if bad_series:
+        series_ok[bad_series] = False
+        out.rejected_samples += int(counts[~series_ok].sum())
+        keep &= np.repeat(series_ok, counts)
+    if not keep.all():
+        _reject_samples(out, series, counts, series_ok, values, ts_ms, in_window, window)
+        kept_counts = np.bincount(
+            np.repeat(np.arange(n_series), counts)[keep], minlength=n_series
+        ).astype(np.int64)
+        values, ts_ms = values[keep], ts_ms[keep]
+    else:
+        kept_counts = counts
+    out.series = [k for k in series if k is not None]
+    out.counts = kept_counts[series_ok] if bad_series else kept_counts
+    out.ts_ms, out.values = ts_ms, values
+    if len(ts_ms):
+        _check_span(int(ts_ms.min()), int(ts_ms.max()), limits)
+
+
+@dataclass(frozen=True)
+class _SeriesSection:
+    """An agent's last decoded series: what they were decoded from (its dictionary and the
+    series' wire bytes), the SeriesInfo of each, and `memo`, where storage keeps what it
+    derives from them (ingest/services.py: their key hashes and ids)."""
+
+    source: tuple[tuple[str, ...], tuple[bytes, ...]]
+    series: list[SeriesInfo]
+    memo: dict[Any, Any]
+
+
+# Agent id → its last series section (only the server's WireBatch parse has one). An agent
+# sends the same series batch after batch: decoding 850 of them is ~4 ms of the batch's CPU,
+# comparing the bytes with the last ones ~0.05 ms. Bounded (~200 KB an 850-series agent);
+# the oldest entry goes first.
+MAX_SERIES_SECTIONS = 2048
+_series_sections: dict[str, _SeriesSection] = {}
+_sections_lock = threading.Lock()
+
+
+def clear_series_cache() -> None:
+    with _sections_lock:
+        _series_sections.clear()
+
+
+def _series_of(
+    batch: Any, strings: _Strings, out: DecodedBatch
+) -> tuple[list[SeriesInfo | None], list[int]]:
+    """The batch's series (None for one refused, its index in the second list), from the
+    agent's last batch when they are byte for byte the same."""
+    source = server_wire.series_section(batch)
+    if source is not None:
+        known = _series_sections.get(batch.agent_id)
+        if known is not None and known.source == source:
+            out.series_memo = known.memo
+            return list(known.series), []
+    try:
+        defs = server_wire.series_defs(batch)
+    except server_wire.WireFormatError as exc:
+        raise BatchRejected("malformed", f"the message is not a valid Batch: {exc}") from None
+    series, bad_series = _decode_series(defs, strings, out)
+    if source is not None and not bad_series:
+        section = _SeriesSection(source, series, out.series_memo)  # type: ignore[arg-type]
+        with _sections_lock:
+            _series_sections.pop(batch.agent_id, None)
+            while len(_series_sections) >= MAX_SERIES_SECTIONS:
+                del _series_sections[next(iter(_series_sections))]
+            _series_sections[batch.agent_id] = section
+    return series, bad_series
+
+
+def _decode_series(
+    defs: Any, strings: _Strings, out: DecodedBatch
+) -> tuple[list[SeriesInfo | None], list[int]]:
     series: list[SeriesInfo | None] = []
     get = strings.get
     flagged = strings.flagged
     bad_series: list[int] = []
-    for i, sd in enumerate(batch.series):
+    for i, sd in enumerate(defs):
         what = f"series {i}"
         try:
             name = get(sd.name, what)
@@ -351,41 +450,7 @@ def _decode_samples(
             series.append(None)
             continue
         series.append(key)
-    if total == 0:
-        out.series = [k for k in series if k is not None]
-        out.counts = counts[[k is not None for k in series]] if bad_series else counts
-        return
-    values = np.array(batch.values, dtype=np.float64)
-    ts_ms = np.cumsum(np.array(batch.ts_ms, dtype=np.int64))
-    keep = np.isfinite(values)
-    lo_ms, hi_ms = window.lo_us // 1000, window.hi_us // 1000
-    first, last = int(ts_ms.min()), int(ts_ms.max())
-    if not bad_series and keep.all() and lo_ms <= first and last <= hi_ms:
-        # The usual batch: every sample good, nothing to mask (no per-sample work).
-        out.series = series  # type: ignore[assignment]  # no None in it
-        out.counts, out.ts_ms, out.values = counts, ts_ms, values
-        _check_span(first, last, limits)
-        return
-    in_window = (ts_ms >= lo_ms) & (ts_ms <= hi_ms)
-    keep &= in_window
-    series_ok = np.ones(n_series, dtype=bool)
-    if bad_series:
-        series_ok[bad_series] = False
-        out.rejected_samples += int(counts[~series_ok].sum())
-        keep &= np.repeat(series_ok, counts)
-    if not keep.all():
-        _reject_samples(out, series, counts, series_ok, values, ts_ms, in_window, window)
-        kept_counts = np.bincount(
-            np.repeat(np.arange(n_series), counts)[keep], minlength=n_series
-        ).astype(np.int64)
-        values, ts_ms = values[keep], ts_ms[keep]
-    else:
-        kept_counts = counts
-    out.series = [k for k in series if k is not None]
-    out.counts = kept_counts[series_ok] if bad_series else kept_counts
-    out.ts_ms, out.values = ts_ms, values
-    if len(ts_ms):
-        _check_span(int(ts_ms.min()), int(ts_ms.max()), limits)
+    return series, bad_series
 
 
 def _check_span(lo: int, hi: int, limits: Limits) -> None:

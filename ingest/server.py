@@ -42,7 +42,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from contract import limits as L
 from contract.wire import ingest_pb2, ingest_pb2_grpc
-from ingest import metrics, services
+from ingest import metrics, server_wire, services
 from ingest.processing import (
     BatchRejected,
     DecodedBatch,
@@ -261,7 +261,8 @@ def _parse_batch(raw: bytes, limits: Limits) -> Any:
     try:
         # Parsed even when over the limit (gRPC's own receive limit bounds it, at twice ours),
         # so that the refusal names the batch's sequence and the agent can set that one aside.
-        batch = ingest_pb2.Batch.FromString(raw)
+        # The server's view of a Batch (ingest.server_wire): its packed samples stay bytes.
+        batch = server_wire.parse(raw)
     except DecodeError as exc:
         raise BatchRejected("malformed", f"the message is not a valid Batch: {exc}") from None
     if len(raw) > limits.max_batch_bytes:

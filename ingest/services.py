@@ -45,7 +45,7 @@ from ingest.models import (
     Series,
     SeriesRollup,
 )
-from ingest.processing import DecodedBatch
+from ingest.processing import DecodedBatch, clear_series_cache
 from ingest.storage import (
     BLOCK_TABLE,
     MAX_BLOCK_SPAN_MS,
@@ -91,6 +91,7 @@ def clear_caches() -> None:
         _node_ids.clear()
         _node_seen.clear()
     selectors.clear_cache()
+    clear_series_cache()  # its memos hold series ids
 
 
 def series_key_hash(key: SeriesInfo) -> str:
@@ -169,7 +170,9 @@ def store_batch(operator_id: int, batch: DecodedBatch, now: datetime | None = No
         touched = _touch_nodes(node_ids.values(), now)
         _touch_gpus(operator_id, batch, node_ids, touched, now)
         job_ids = _ensure_jobs(operator_id, batch, now, node_ids)
-        series_ids = _resolve_series(operator_id, batch.series, node_ids, job_ids)
+        series_ids = _resolve_series(
+            operator_id, batch.series, node_ids, job_ids, batch.series_memo
+        )
         write_blocks(_block_rows(operator_id, batch, series_ids, node_ids))
         _store_rows(LogLine, batch.logs, _LOG_FIELDS, operator_id, node_ids, job_ids)
         _store_rows(Event, batch.events, _EVENT_FIELDS, operator_id, node_ids, job_ids)
@@ -211,18 +214,15 @@ def _data_spans(
         starts = (np.cumsum(batch.counts) - batch.counts)[nonzero]
         lo = np.minimum.reduceat(batch.ts_ms, starts)
         hi = np.maximum.reduceat(batch.ts_ms, starts)
-        groups: dict[tuple[bool, str], int] = {}
-        keys = (batch.series[i] for i in nonzero)
-        group = np.fromiter(
-            (groups.setdefault((bool(k.job), k.job or k.node), len(groups)) for k in keys),
-            dtype=np.int64,
-            count=len(nonzero),
-        )
+        groups, series_group = _span_groups(batch)
+        group = series_group[nonzero]
         group_lo = np.full(len(groups), np.iinfo(np.int64).max)
         group_hi = np.full(len(groups), np.iinfo(np.int64).min)
         np.minimum.at(group_lo, group, lo)
         np.maximum.at(group_hi, group, hi)
         for (is_job, name), g in groups.items():
+            if group_lo[g] > group_hi[g]:
+                continue  # none of its series has a sample in this batch
             spans_of, ids = (jobs, job_ids) if is_job else (nodes, node_ids)
             add(spans_of, ids.get(name), float(group_lo[g]), float(group_hi[g]))
     for records in (batch.logs, batch.events, batch.processes, batch.exits, batch.jobs):
@@ -230,6 +230,24 @@ def _data_spans(
             if r["job"]:
                 add(jobs, job_ids.get(r["job"]), r["ts_us"] / 1e3, r["ts_us"] / 1e3)
     return jobs, nodes
+
+
+def _span_groups(batch: DecodedBatch) -> tuple[dict[tuple[bool, str], int], np.ndarray]:
+    """The (has a job, job or node name) groups of the batch's series and each series' group,
+    kept in the series' memo (the same for every batch of an agent whose series are unchanged:
+    850 series cost ~1.5 ms to group)."""
+    memo = batch.series_memo
+    known = memo.get("span_groups")
+    if known is None:
+        groups: dict[tuple[bool, str], int] = {}
+        series_group = np.fromiter(
+            (groups.setdefault((bool(k.job), k.job or k.node), len(groups)) for k in batch.series),
+            dtype=np.int64,
+            count=len(batch.series),
+        )
+        series_group.flags.writeable = False
+        known = memo["span_groups"] = (groups, series_group)
+    return known
 
 
 def _claim_receipt(operator_id: int, batch: DecodedBatch, now: datetime) -> bool:
@@ -470,10 +488,29 @@ def _apply_job_record(operator_id: int, job: Job, rec: dict[str, Any]) -> None:
 
 
 def _resolve_series(
-    operator_id: int, keys: list[SeriesInfo], node_ids: dict[str, int], job_ids: dict[str, int]
+    operator_id: int,
+    keys: list[SeriesInfo],
+    node_ids: dict[str, int],
+    job_ids: dict[str, int],
+    memo: dict[Any, Any] | None = None,
 ) -> np.ndarray:
-    hashes = [series_key_hash(k) for k in keys]
+    """The series ids of `keys`, inserting the new ones. `memo` (DecodedBatch.series_memo) is
+    shared by the batches of an agent whose series are unchanged: it keeps their key hashes,
+    and their ids once every one of them came from the committed cache."""
+    memo = {} if memo is None else memo
+    known = memo.get(("ids", operator_id))
+    if known is not None:
+        return known  # type: ignore[no-any-return]
+    hashes = memo.get("hashes")
+    if hashes is None:
+        hashes = memo["hashes"] = [series_key_hash(k) for k in keys]
     ids = [_series_ids.get((operator_id, h)) for h in hashes]
+    if None not in ids:
+        # Committed ids only (_publish puts them in the cache on commit), which never change.
+        found = np.array(ids, dtype=np.int64)
+        found.flags.writeable = False
+        memo[("ids", operator_id)] = found
+        return found
     missing = {h: k for h, k, i in zip(hashes, keys, ids, strict=True) if i is None}
     if missing:
         missing = dict(sorted(missing.items()))  # inserted in hash order, as the nodes
