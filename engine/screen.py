@@ -127,9 +127,13 @@ _HW_THROTTLE = (
 )
 _LOG_SIGN = re.compile(
     r"error|exception|traceback|timed? ?out|timeout|\bnan\b|\binf\b|killed|watchdog|"
-    r"saving|checkpoint|xid|nccl warn|out of memory",
+    r"xid|nccl warn|out of memory",
     re.IGNORECASE,
 )
+# Lines a healthy job prints in its normal course that a family still needs seen soon (a
+# save's start and end bound checkpoint_stall's evidence): notices, held to a smaller share of
+# a costly job's CPU than the happenings above (investigations/cadence.py NOTICE_CPU_SHARE).
+_LOG_NOTICE = re.compile(r"saving|checkpoint", re.IGNORECASE)
 _LOSS = re.compile(
     r"""loss['"]?\s*[:=]?\s*['"]?([-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?)""", re.IGNORECASE
 )
@@ -140,21 +144,30 @@ class Signs:
     """What looked due, with the first reason seen: job ids, and nodes (for samples and events
     that carry no job). `lasting` signs are conditions that can hold for a while (a throttling
     GPU, a level changed, a GPU drifting from its peers); the others are happenings (an event,
-    an error line, a counter that moved, a loss that rose, the job's first minute).
-    `prompt_jobs`/`prompt_nodes` are those with at least one happening: the scheduler backs
-    off repeated evaluations of a job whose signs are only lasting ones and whose verdicts do
-    not change (investigations/services.py, URGENT_MAX_S), never a happening's."""
+    an error line, a counter that moved, a loss that rose) or notices (a save's log line, the
+    job's first minute: what a healthy job shows in its normal course).
+    `prompt_jobs`/`prompt_nodes` are those with at least one happening or notice: the
+    scheduler backs off repeated evaluations of a job whose signs are only lasting ones and
+    whose verdicts do not change (investigations/services.py, URGENT_MAX_S), never theirs.
+    `severe_jobs` are the prompt jobs with a happening, not only notices: a costly job's
+    notices are held to a smaller share of a core than its happenings (cadence.py). A node's
+    prompt signs (events, counters) are all happenings."""
 
     jobs: dict[str, str] = field(default_factory=dict)
     nodes: dict[str, str] = field(default_factory=dict)
     prompt_jobs: set[str] = field(default_factory=set)
     prompt_nodes: set[str] = field(default_factory=set)
+    severe_jobs: set[str] = field(default_factory=set)
 
-    def add(self, job: str, node: str, reason: str, *, lasting: bool = False) -> None:
+    def add(
+        self, job: str, node: str, reason: str, *, lasting: bool = False, notice: bool = False
+    ) -> None:
         if job:
             self.jobs.setdefault(job, reason)
             if not lasting:
                 self.prompt_jobs.add(job)
+                if not notice:
+                    self.severe_jobs.add(job)
         elif node:
             self.nodes.setdefault(node, reason)
             if not lasting:
@@ -261,6 +274,9 @@ class BatchScreen:
             if _LOG_SIGN.search(line):
                 signs.add(job, str(row.get("node") or ""), "log line")
                 continue
+            if _LOG_NOTICE.search(line):
+                signs.add(job, str(row.get("node") or ""), "save line", notice=True)
+                continue
             if not job:
                 continue
             m = _LOSS.search(line)
@@ -285,7 +301,7 @@ class BatchScreen:
                     self._first_seen.popitem(last=False)
             self._first_seen.move_to_end(job)
             if last - began < YOUNG_S:
-                signs.add(job, "", "young job")
+                signs.add(job, "", "young job", notice=True)
 
     # --- layouts and slots -----------------------------------------------------------------
     def _layout(self, series: Sequence[SeriesInfo]) -> _Layout:

@@ -72,6 +72,13 @@ COST_TTL_S = 600.0
 # and hang signs (183 evaluations at 552 ms in 600 s, a third of all detection CPU), and a
 # healthy one saving to local disk every 2-3 s on its save lines.
 HAPPENING_CPU_SHARE = 0.05
+# Notices (engine/screen.py: a save's log line, a young job's first minute) are what a healthy
+# job shows in its normal course, so a costly job's are held to 1% of a core: its evaluations
+# run once the last one is cost / NOTICE_CPU_SHARE behind (a 200-GPU job's ~450 ms one every
+# ~45 s; a 4-GPU job's ~20 ms one at most 2 s, the urgent debounce). On the fleet bench
+# (2026-12-04, 18:31) the two 200-GPU jobs that save every few seconds, one healthy and one
+# stalling, took 55 of the 91 s of evaluation CPU at the happenings' 5%, every 7-13 s each.
+NOTICE_CPU_SHARE = 0.01
 # A fan-out evaluation waiting in the queue keeps the next passes from queueing another for
 # the same job, up to this long (a lost task: the next pass after it queues one again).
 FAN_OUT_QUEUED_S = 60.0
@@ -99,16 +106,22 @@ def cache_unavailable(exc: Exception) -> None:
 
 
 def plan_evaluations(
-    operator_id: int, spans: dict[int, tuple[float, float]], urgent: set[int], prompt: set[int]
+    operator_id: int,
+    spans: dict[int, tuple[float, float]],
+    urgent: set[int],
+    prompt: set[int],
+    severe: set[int] | None = None,
 ) -> list[tuple[int, float]]:
     """(job pk, countdown) of the evaluations the batch's jobs are due, by the cadences above
-    (the cache holds their debounce, backoff, settle and cost keys)."""
+    (the cache holds their debounce, backoff, settle and cost keys). The prompt jobs not in
+    `severe` showed only notices (None: every prompt job is severe)."""
     scheduled: list[tuple[int, float]] = []
     for pk in spans:
         urgent_now = pk in urgent and cache.get(_settled_key(operator_id, pk)) is None
         if urgent_now and pk in prompt:
             # One announcement per hold: the debounce lasts until the held evaluation runs.
-            countdown = happening_countdown(operator_id, pk)
+            share = HAPPENING_CPU_SHARE if severe is None or pk in severe else NOTICE_CPU_SHARE
+            countdown = happening_countdown(operator_id, pk, share=share)
             debounce = max(URGENT_S, round(countdown))
             if cache.add(_debounce_key(operator_id, pk, "urgent"), 1, debounce):
                 scheduled.append((pk, countdown))
@@ -175,16 +188,22 @@ def seen_key(operator_id: int, job_pk: int) -> str:
     return _key("eval-seen", operator_id, job_pk)
 
 
-def happening_countdown(operator_id: int, job_pk: int, now: float | None = None) -> float:
-    """Seconds from now until a happening's evaluation of this job may run: the urgent
-    countdown, or later while its last evaluation is less than its cost / HAPPENING_CPU_SHARE
-    behind."""
+def happening_countdown(
+    operator_id: int,
+    job_pk: int,
+    now: float | None = None,
+    *,
+    share: float = HAPPENING_CPU_SHARE,
+) -> float:
+    """Seconds from now until a happening's (or, with NOTICE_CPU_SHARE, a notice's) evaluation
+    of this job may run: the urgent countdown, or later while its last evaluation is less than
+    its cost / `share` behind."""
     now = time.time() if now is None else now
     cost = _cost(operator_id, job_pk)
     last = cache.get(_evaluated_key(operator_id, job_pk))
     if last is None or cost <= 0:
         return URGENT_COUNTDOWN_S
-    return max(URGENT_COUNTDOWN_S, float(last) + cost / HAPPENING_CPU_SHARE - now)
+    return max(URGENT_COUNTDOWN_S, float(last) + cost / share - now)
 
 
 def _cost_floor(cpu_s: float) -> float:

@@ -33,6 +33,7 @@ def note_stored_batch(
     urgent_nodes: set[int] = set()
     prompt_jobs: set[int] = set()
     prompt_nodes: set[int] = set()
+    severe_jobs: set[int] = set()
     if batch is not None:
         signs = SCREEN.look(
             batch.series, batch.counts, batch.values, batch.logs, batch.events, batch.ts_ms
@@ -42,6 +43,7 @@ def note_stored_batch(
         urgent_nodes = {nodes[n] for n in signs.nodes if n in nodes}
         prompt_jobs = {jobs[j] for j in signs.prompt_jobs if j in jobs}
         prompt_nodes = {nodes[n] for n in signs.prompt_nodes if n in nodes}
+        severe_jobs = {jobs[j] for j in signs.severe_jobs if j in jobs}
     services.note_job_data(
         operator_id,
         job_spans,
@@ -50,4 +52,5 @@ def note_stored_batch(
         urgent_nodes=urgent_nodes,
         prompt_jobs=prompt_jobs,
         prompt_nodes=prompt_nodes,
+        severe_jobs=severe_jobs,
     )

@@ -116,6 +116,7 @@ def note_job_data(
     urgent_nodes: Iterable[int] = (),
     prompt_jobs: Iterable[int] | None = None,
     prompt_nodes: Iterable[int] | None = None,
+    severe_jobs: Iterable[int] | None = None,
 ) -> list[int]:
     """Ingest stored data for these jobs (job pk → (first ts, last ts) in the batch), and
     samples without a job on these nodes (node pk → span), which count for the running jobs
@@ -126,13 +127,17 @@ def note_job_data(
     for `urgent_jobs` and the running jobs on `urgent_nodes` (their batch showed a sign) unless
     settled; else at most once per ROUTINE_S. The urgent ones among `prompt_jobs` /
     `prompt_nodes` (a happening, not only a lasting condition; None: all of them) are never
-    backed off (URGENT_MAX_S). Returns the job pks it scheduled."""
+    backed off (URGENT_MAX_S). Of those, the ones not among `severe_jobs` (their batch showed
+    only notices: a save line, a young job; None: none are) and not prompted through a node
+    are held to the notices' share of a costly job's CPU (cadence.NOTICE_CPU_SHARE). Returns
+    the job pks it scheduled."""
     now = now or datetime.now(UTC)
     spans = dict(spans)
     urgent = set(urgent_jobs)
     hot_nodes = set(urgent_nodes)
     prompt = set(urgent) if prompt_jobs is None else set(prompt_jobs)
     prompt_on = hot_nodes if prompt_nodes is None else set(prompt_nodes)
+    severe = set(prompt) if severe_jobs is None else set(severe_jobs)
     with tenant_context(operator_id):
         if node_spans:
             running = ingest_selectors.running_jobs_on_nodes(operator_id, node_spans)
@@ -154,6 +159,7 @@ def note_job_data(
                     urgent.add(job_pk)
                 if node_pk in prompt_on:
                     prompt.add(job_pk)
+                    severe.add(job_pk)
         if not spans:
             return []
         # In job pk order: concurrent batches of the same jobs lock their activity rows in one
@@ -161,7 +167,7 @@ def note_job_data(
         for job_pk, (first, last) in sorted(spans.items()):
             _widen_activity(operator_id, job_pk, first, last, now)
     try:
-        scheduled = cadence.plan_evaluations(operator_id, spans, urgent, prompt)
+        scheduled = cadence.plan_evaluations(operator_id, spans, urgent, prompt, severe)
     except Exception as exc:  # any cache failure: the batch is stored anyway
         # The cadence lives in the cache (Redis in production). With it down the batch must
         # still be stored and acked: its evaluation is left to the fan-out, which evaluates

@@ -108,11 +108,32 @@ def test_log_lines_and_events() -> None:
     assert evented.prompt_nodes == {NODE}
 
 
+def test_a_save_line_is_a_notice_an_error_is_a_happening() -> None:
+    """A save's log line is what a healthy job prints in its normal course: prompt (never
+    backed off) but not severe, so a costly job's saves are held to the notices' share."""
+    screen = BatchScreen()
+    util = _gpu(signals.DCGM_FI_DEV_GPU_UTIL, 0)
+
+    def look(line: str) -> Signs:
+        return _look(screen, {util: 90.0}, logs=[{"line": line, "job": "job-1", "node": NODE}])
+
+    saving = look("[2026-12-04 10:00:00] saving checkpoint at iteration 1200 to /ckpt")
+    assert saving.jobs == {"job-1": "save line"}
+    assert saving.prompt_jobs == {"job-1"}
+    assert saving.severe_jobs == set()
+    for line in ("error saving checkpoint: No space left on device", "CUDA error: an illegal"):
+        failed = look(line)
+        assert failed.jobs == {"job-1": "log line"}, line
+        assert failed.severe_jobs == {"job-1"}, line
+
+
 def test_a_job_is_urgent_through_its_first_minute_only() -> None:
     screen = BatchScreen()
     util = _gpu(signals.DCGM_FI_DEV_GPU_UTIL, 0, "job-1")
     young = [_look(screen, {util: 90.0}, 1000.0 + k).jobs.get("job-1") for k in range(90)]
     assert all(r == "young job" for r in young[: int(YOUNG_S)])
+    # A notice: every job is young once, so a costly one's first minute is held to its cost.
+    assert not _look(BatchScreen(), {util: 90.0}, 5000.0).severe_jobs
     assert not any(young[int(YOUNG_S) + 1 :])
 
 

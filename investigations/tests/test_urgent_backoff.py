@@ -54,11 +54,15 @@ def _job(slug: str) -> tuple[int, int]:
     return op, pk
 
 
-def _note(op: int, pk: int, capture: Any, *, prompt: bool) -> None:
+def _note(op: int, pk: int, capture: Any, *, prompt: bool, severe: bool = True) -> None:
     now = time.time()
     with capture(execute=True):
         services.note_job_data(
-            op, {pk: (now - 1, now)}, urgent_jobs=[pk], prompt_jobs=[pk] if prompt else []
+            op,
+            {pk: (now - 1, now)},
+            urgent_jobs=[pk],
+            prompt_jobs=[pk] if prompt else [],
+            severe_jobs=[pk] if prompt and severe else [],
         )
 
 
@@ -177,6 +181,24 @@ def test_a_costly_jobs_happenings_are_held_to_its_cost_and_announced_once_per_ho
     _note(op, pk, django_capture_on_commit_callbacks, prompt=True)
     _note(op, pk, django_capture_on_commit_callbacks, prompt=True)
     assert announced[1:] == [cadence.ROUTINE_COUNTDOWN_S]
+
+
+def test_a_costly_jobs_notices_wait_longer_than_its_happenings(
+    announced: list[float], django_capture_on_commit_callbacks: Any
+) -> None:
+    op, pk = _job("backoff-n")
+    # A 4-GPU job's ~20 ms evaluation: a save line waits at most the urgent debounce (2 s).
+    cadence.note_outcome(op, pk, verdicts=False, changed=True, cpu_s=0.02)
+    _note(op, pk, django_capture_on_commit_callbacks, prompt=True, severe=False)
+    assert len(announced) == 1 and announced[0] <= cadence.URGENT_S
+    # A 200-GPU job's 450 ms one: a save line runs 45 s after it (1%), an error line 9 s (5%).
+    cadence.note_outcome(op, pk, verdicts=False, changed=True, cpu_s=0.45)
+    notice = cadence.happening_countdown(op, pk, share=cadence.NOTICE_CPU_SHARE)
+    assert 44.0 < notice <= 45.0
+    assert 8.0 < cadence.happening_countdown(op, pk) <= 9.0
+    time.sleep(cadence.URGENT_S + 0.2)
+    _note(op, pk, django_capture_on_commit_callbacks, prompt=True, severe=False)
+    assert len(announced) == 2 and 40.0 < announced[1] <= 45.0
 
 
 def test_an_evaluation_that_would_see_what_the_last_one_saw_does_not_run() -> None:
