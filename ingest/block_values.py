@@ -81,15 +81,8 @@ def shuffle(words: np.ndarray, width: int = 8) -> bytes:
 
 def unshuffle(raw: bytes | memoryview, n: int, width: int = 8) -> np.ndarray:
     """uint64[n] from their low `width` bytes, byte-shuffled."""
-    lanes = np.frombuffer(raw, dtype=np.uint8).reshape(width, n)
-    if width == 8:
-        return lanes.T.copy().view("<u8").ravel()
-    # Narrow: adding the lanes shifted into place is ~3× faster than un-transposing into a
-    # zeroed (n, 8) byte matrix.
-    out: np.ndarray = lanes[0].astype(np.uint64)
-    for i in range(1, width):
-        out |= lanes[i].astype(np.uint64) << np.uint64(8 * i)
-    return out
+    words: np.ndarray = unshuffle_rows(np.frombuffer(raw, dtype=np.uint8).reshape(1, -1), n, width)
+    return words.reshape(n)
 
 
 def xor_bytes(values: np.ndarray) -> bytes:
@@ -97,11 +90,6 @@ def xor_bytes(values: np.ndarray) -> bytes:
     XOR series)."""
     bits = np.ascontiguousarray(values, dtype="<f8").view("<u8")
     return shuffle(bits ^ np.concatenate((np.zeros(1, dtype="<u8"), bits[:-1])))
-
-
-def _xor_values(raw: bytes | memoryview, n: int) -> np.ndarray:
-    bits: np.ndarray = np.bitwise_xor.accumulate(unshuffle(raw, n))
-    return bits.view("<f8")
 
 
 def _starts(counts: np.ndarray) -> np.ndarray:
@@ -354,16 +342,71 @@ def _encode_general(values: np.ndarray, counts: np.ndarray) -> Coded:
 # --- decoding ----------------------------------------------------------------------------------
 
 
+def unshuffle_rows(lanes: np.ndarray, n: int, width: int = 8) -> np.ndarray:
+    """uint64[rows, n] from a (rows × width·n) byte matrix, each row `n` words' low `width`
+    bytes byte-shuffled: many blocks' sections of one layout in one pass."""
+    rows = len(lanes)
+    shaped = lanes.reshape(rows, width, n)
+    if width == 8:
+        return shaped.transpose(0, 2, 1).copy().view("<u8").reshape(rows, n)
+    # Narrow: adding the lanes shifted into place is ~3× faster than un-transposing into a
+    # zeroed (n, 8) byte matrix.
+    out: np.ndarray = shaped[:, 0].astype(np.uint64)
+    for i in range(1, width):
+        out |= shaped[:, i].astype(np.uint64) << np.uint64(8 * i)
+    return out
+
+
+def _xor_values(lanes: np.ndarray, n: int) -> np.ndarray:
+    """float64[rows, n] of each row's XOR stream (a (rows × 8·n) byte matrix)."""
+    bits: np.ndarray = np.bitwise_xor.accumulate(unshuffle_rows(lanes, n), axis=1)
+    return bits.view("<f8")
+
+
+def layout_key(raw: bytes | memoryview, n_series: int) -> bytes:
+    """What the value sections of blocks with the same counts must share to decode together
+    (decode_value_rows): the series' modes and widths, and the section's length. Their
+    scales may differ (a reading's decimals change from one second to the next)."""
+    return b"".join(
+        (raw[:n_series], raw[2 * n_series : 3 * n_series], len(raw).to_bytes(8, "little"))
+    )
+
+
 def decode_values(raw: memoryview, counts: np.ndarray, n: int) -> np.ndarray:
     """The values of a block from its value section (`raw`), `counts` per series."""
+    rows: np.ndarray = decode_value_rows([raw], counts, n)[0]
+    return rows
+
+
+def decode_value_rows(
+    raws: list[bytes | memoryview] | list[memoryview], counts: np.ndarray, n: int
+) -> np.ndarray:
+    """The values of blocks of one layout (the same `counts`, the same layout_key), one row
+    of the (blocks × n) result per block, each what decoding that block alone gives: the
+    integer reconstruction, the scaling and the XOR are one numpy pass over all of them."""
     n_series = len(counts)
     if int(counts.sum()) != n:
         raise BlockError(f"corrupt sample block: counts add up to {int(counts.sum())}, not {n}")
-    if len(raw) < 3 * n_series:
+    size = len(raws[0])
+    if size < 3 * n_series:
         raise BlockError("corrupt sample block: truncated series modes")
-    modes = np.frombuffer(raw, dtype=np.uint8, count=n_series)
-    scales = np.frombuffer(raw, dtype=np.uint8, count=n_series, offset=n_series)
-    widths = np.frombuffer(raw, dtype=np.uint8, count=n_series, offset=2 * n_series)
+    if len(raws) == 1:
+        stack = np.frombuffer(raws[0], dtype=np.uint8).reshape(1, size)
+    elif any(len(r) != size for r in raws):
+        raise BlockError("sample blocks of different layouts decoded together")
+    else:
+        stack = np.frombuffer(b"".join(raws), dtype=np.uint8).reshape(len(raws), size)
+    modes = stack[0, :n_series]
+    widths = stack[0, 2 * n_series : 3 * n_series]
+    if len(stack) > 1 and not (
+        np.array_equal(stack[:, :n_series], np.broadcast_to(modes, (len(stack), n_series)))
+        and np.array_equal(
+            stack[:, 2 * n_series : 3 * n_series],
+            np.broadcast_to(widths, (len(stack), n_series)),
+        )
+    ):
+        raise BlockError("sample blocks of different layouts decoded together")
+    scales = stack[:, n_series : 2 * n_series]
     is_int = modes > 0
     orders = modes[is_int].astype(np.int64) - 1
     c = counts[is_int]
@@ -383,89 +426,132 @@ def decode_values(raw: memoryview, counts: np.ndarray, n: int) -> np.ndarray:
     n_extras = len(c) + int(orders.sum())
     stream_bytes = sum(w * m for w, _o, _rows, m in present)
     expected = 3 * n_series + n_extras * 8 + stream_bytes + n_xor * 8
-    if len(raw) != expected:
-        raise BlockError(f"corrupt sample block: {len(raw)} value bytes, expected {expected}")
+    if size != expected:
+        raise BlockError(f"corrupt sample block: {size} value bytes, expected {expected}")
     pos = 3 * n_series
-    extras = unshuffle(raw[pos : pos + n_extras * 8], n_extras).view(np.int64)
+    extras = unshuffle_rows(stack[:, pos : pos + n_extras * 8], n_extras).view(np.int64)
     pos += n_extras * 8
     streams: _Streams = []
     for w, o, rows, m in present:
         residual = None
         if w:
-            residual = unshuffle(raw[pos : pos + m * w], m, w).view(np.int64)
+            residual = unshuffle_rows(stack[:, pos : pos + m * w], m, w).view(np.int64)
             pos += m * w
         streams.append((w, o, rows, residual))
-    bases, heads = extras[: len(c)], extras[len(c) :]
-    xor_raw = raw[pos:]
+    bases, heads = extras[:, : len(c)], extras[:, len(c) :]
+    int_scales = scales[:, is_int]
+    xor_lanes = stack[:, pos:]
     per = _regular(counts)
     if per:
-        return _values_matrix(per, is_int, scales, orders, bases, heads, streams, xor_raw)
-    x = _integers_general(c, orders, w_int, bases, heads, streams)
-    v_int = x.astype(np.float64) / np.repeat(_POW10[scales[is_int]], c)
+        return _values_matrix(per, is_int, int_scales, orders, bases, heads, streams, xor_lanes)
+    return np.stack(
+        [
+            _values_general(
+                counts,
+                is_int,
+                int_scales[b],
+                orders,
+                w_int,
+                bases[b],
+                heads[b],
+                [(w, o, rows, None if r is None else r[b]) for w, o, rows, r in streams],
+                xor_lanes[b : b + 1],
+            )
+            for b in range(len(stack))
+        ]
+    )
+
+
+# (width, order, the group's series among the integer ones, its residuals or None: width 0);
+# the residuals one row per block (decode_value_rows), or one block's (_values_general).
+_Streams = list[tuple[int, int, np.ndarray, np.ndarray | None]]
+
+
+def _values_general(
+    counts: np.ndarray,
+    is_int: np.ndarray,
+    int_scales: np.ndarray,
+    orders: np.ndarray,
+    widths: np.ndarray,
+    bases: np.ndarray,
+    heads: np.ndarray,
+    streams: _Streams,
+    xor_lanes: np.ndarray,
+) -> np.ndarray:
+    """One block's values, any number of samples per series."""
+    c = counts[is_int]
+    x = _integers_general(c, orders, widths, bases, heads, streams)
+    v_int: np.ndarray = x.astype(np.float64) / np.repeat(_POW10[int_scales], c)
+    n = int(counts.sum())
+    n_xor = n - int(c.sum())
     if n_xor == 0:
         return v_int
     values = np.empty(n, dtype=np.float64)
     int_samples = np.repeat(is_int, counts)
     values[int_samples] = v_int
-    values[~int_samples] = _xor_values(xor_raw, n_xor)
+    values[~int_samples] = _xor_values(xor_lanes, n_xor)[0]
     return values
-
-
-# (width, order, the group's series among the integer ones, its residuals or None: width 0)
-_Streams = list[tuple[int, int, np.ndarray, np.ndarray | None]]
 
 
 def _values_matrix(
     per: int,
     is_int: np.ndarray,
-    scales: np.ndarray,
+    int_scales: np.ndarray,
     orders: np.ndarray,
     bases: np.ndarray,
     heads: np.ndarray,
     streams: _Streams,
-    xor_raw: memoryview,
+    xor_lanes: np.ndarray,
 ) -> np.ndarray:
-    """The values of a block whose series all have `per` samples. Each (width, order) group
-    of rows is summed up and scaled in a contiguous slice of its own (no temporaries), the
-    XOR rows after them; one row permutation then puts every row in its place."""
+    """The values (blocks × n) of blocks whose series all have `per` samples. Each (width,
+    order) group of rows is summed up and scaled in a slice of its own (no temporaries), the
+    XOR rows after them; one row permutation then puts every row in its place. The blocks'
+    scales (blocks × integer series) may differ; the rest of their layout is one."""
+    n_blocks = len(bases)
     n_series = len(is_int)
     int_rows = np.flatnonzero(is_int)
-    lead = np.zeros((len(orders), MAX_ORDER), dtype=np.int64)
-    lead[np.arange(MAX_ORDER) < orders[:, None]] = heads
-    int_scales = scales[is_int]
-    z_all = np.empty((len(orders), per), dtype=np.int64)
-    grouped = np.empty((n_series, per), dtype=np.float64)
+    lead = np.zeros((n_blocks, len(orders), MAX_ORDER), dtype=np.int64)
+    lead[:, np.arange(MAX_ORDER) < orders[:, None]] = heads
+    z_all = np.empty((n_blocks, len(orders), per), dtype=np.int64)
+    grouped = np.empty((n_blocks, n_series, per), dtype=np.float64)
     placed = []
     at = 0
     for _w, o, rows, residual in streams:
-        z = z_all[at : at + len(rows)]
+        z = z_all[:, at : at + len(rows)]
         if residual is None:  # width 0: every residual is 0
-            z[:, o:] = bases[rows, None]
+            z[:, :, o:] = bases[:, rows, None]
         else:
-            np.add(residual.reshape(len(rows), per - o), bases[rows, None], out=z[:, o:])
+            np.add(
+                residual.reshape(n_blocks, len(rows), per - o),
+                bases[:, rows, None],
+                out=z[:, :, o:],
+            )
         if o:
-            z[:, :o] = lead[rows, :o]
+            z[:, :, :o] = lead[:, rows, :o]
             for _ in range(o):
-                np.cumsum(z, axis=1, out=z)
-        target = grouped[at : at + len(rows)]
+                np.cumsum(z, axis=2, out=z)
+        target = grouped[:, at : at + len(rows)]
         target[...] = z
-        row_scales = int_scales[rows]
-        if row_scales.max() == row_scales.min():  # a scalar divides faster than a column
-            if row_scales[0]:  # scale 0 (integers) needs no division
-                target /= _POW10[row_scales[0]]
+        row_scales = int_scales[:, rows]
+        low = int(row_scales.min())
+        if low == int(row_scales.max()):  # a scalar divides faster than a column
+            if low:  # scale 0 (integers) needs no division
+                target /= _POW10[low]
         else:
-            target /= _POW10[row_scales][:, None]
+            target /= _POW10[row_scales][:, :, None]
         placed.append(int_rows[rows])
         at += len(rows)
     if at < n_series:
-        grouped[at:] = _xor_values(xor_raw, (n_series - at) * per).reshape(-1, per)
+        xor = _xor_values(xor_lanes, (n_series - at) * per)
+        grouped[:, at:] = xor.reshape(n_blocks, n_series - at, per)
         placed.append(np.flatnonzero(~is_int))
     where = np.concatenate(placed)
     if np.array_equal(where, np.arange(n_series)):
-        return grouped.ravel()
+        return grouped.reshape(n_blocks, n_series * per)
     source = np.empty(n_series, dtype=np.int64)
     source[where] = np.arange(n_series)
-    return np.take(grouped, source, axis=0).ravel()  # a row gather: faster than a scatter
+    # A row gather: faster than a scatter.
+    return np.take(grouped, source, axis=1).reshape(n_blocks, n_series * per)
 
 
 def _cumsum_series(z: np.ndarray, counts: np.ndarray) -> np.ndarray:

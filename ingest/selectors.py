@@ -162,7 +162,7 @@ def _read_query(operator_id: int, qs: Any, t0: float, t1: float) -> list[SeriesD
     t0_ms, t1_ms = _ms(t0), _ms(t1)
     pending = _fetch_and_decode(operator_id, node_ids, t0_ms, t1_ms)
     infos = _fill_infos(qs, ids)
-    return _assemble(pending, infos, t0_ms, t1_ms)
+    return _in_order(_assemble(pending, infos, t0_ms, t1_ms), infos)
 
 
 _INFO_CACHE: dict[int, tuple[SeriesInfo, int]] = {}
@@ -186,6 +186,8 @@ _DECODE_WORKERS = min(4, os.cpu_count() or 1)
 # own thread time (what `proof bench live` measures per task) does not include them.
 _pool_cpu = [0.0]
 _pool_cpu_lock = threading.Lock()
+# Per caller thread, the pool CPU of its own reads (added as it collects each task).
+_caller = threading.local()
 
 
 def pool_decode_cpu_s() -> float:
@@ -193,12 +195,32 @@ def pool_decode_cpu_s() -> float:
     return _pool_cpu[0]
 
 
-def _decode_on_pool(payloads: list[bytes]) -> list[blocks.DecodedBlock]:
+def caller_pool_cpu_s() -> float:
+    """CPU seconds the decode pool spent on this thread's reads so far: what a task's own
+    `time.thread_time()` leaves out of its cost (the cadence adds it to an evaluation's)."""
+    spent: float = getattr(_caller, "cpu_s", 0.0)
+    return spent
+
+
+# One node's blocks, decoded: (node id, its blocks, a run of one layout each as one).
+_NodeBlocks = list[tuple[int, list[blocks.DecodedBlock]]]
+
+
+def _decode_nodes(nodes: list[tuple[int, list[bytes]]]) -> _NodeBlocks:
+    return [(node, blocks.decode_many(payloads)) for node, payloads in nodes]
+
+
+def _decode_on_pool(nodes: list[tuple[int, list[bytes]]]) -> tuple[_NodeBlocks, float]:
+    """The decoded nodes and the task's CPU seconds (the caller adds them to its own)."""
     began = time.thread_time()
+    spent = 0.0
     try:
-        return [blocks.decode(payload) for payload in payloads]
-    finally:
+        decoded = _decode_nodes(nodes)
         spent = time.thread_time() - began
+        return decoded, spent
+    finally:
+        if not spent:  # it raised: the CPU still counts for the process
+            spent = time.thread_time() - began
         with _pool_cpu_lock:
             _pool_cpu[0] += spent
 
@@ -210,62 +232,115 @@ def _decode_pool() -> ThreadPoolExecutor:
     return _POOL
 
 
+@dataclass(frozen=True)
+class SampleRows:
+    """Samples of series that share their timestamps: `values[i]` is series `ids[i]`'s
+    (`infos[i]`). A node's regular blocks read as one; any other series alone."""
+
+    ids: list[int]
+    infos: list[SeriesInfo]
+    ts: np.ndarray  # float64 seconds
+    values: np.ndarray  # float64, series × samples
+
+    def series(self) -> list[SeriesData]:
+        return [
+            SeriesData(info, self.ts, row)
+            for info, row in zip(self.infos, self.values, strict=True)
+        ]
+
+
 def read_samples(
     operator_id: int, infos: dict[int, SeriesInfo], node_ids: Iterable[int], t0: float, t1: float
 ) -> list[SeriesData]:
-    """Samples of the given series over [t0, t1] (inside the caller's tenant_context).
+    """Samples of the given series over [t0, t1] (inside the caller's tenant_context), in the
+    order of `infos` (a series without samples in it: empty arrays).
 
     Vectorised over blocks: the runs of each decoded block (one contiguous run per series) are
     ordered by (series, block) and gathered in one numpy indexing step, so the cost grows with
     the samples read, not with series × blocks in Python.
     """
+    return _in_order(read_sample_rows(operator_id, infos, node_ids, t0, t1), infos)
+
+
+def _in_order(read: list[SampleRows], infos: dict[int, SeriesInfo]) -> list[SeriesData]:
+    """Each series of `infos` in its order, from the rows read (none: empty arrays)."""
+    out: dict[int, SeriesData] = {}
+    for rows in read:
+        out.update(zip(rows.ids, rows.series(), strict=True))
+    empty = np.zeros(0)
+    return [out.get(sid) or SeriesData(info, empty, empty) for sid, info in infos.items()]
+
+
+def read_sample_rows(
+    operator_id: int, infos: dict[int, SeriesInfo], node_ids: Iterable[int], t0: float, t1: float
+) -> list[SampleRows]:
+    """read_samples' samples as they were stored: a node's series that share timestamps as
+    one matrix (a reader that keeps them, the live window cache, then handles a node at a
+    time, not a series); series without samples in [t0, t1] left out."""
     if not infos:
         return []
     t0_ms, t1_ms = _ms(t0), _ms(t1)
     return _assemble(_fetch_and_decode(operator_id, node_ids, t0_ms, t1_ms), infos, t0_ms, t1_ms)
 
 
-# (node ids, their decoded blocks or the future of them), in block order.
-_Pending = list[tuple[list[int], "Future[list[blocks.DecodedBlock]] | list[blocks.DecodedBlock]"]]
-# Blocks decoded per pool task, at least: one block decodes in ~20 µs, about what a task's
-# submit and result cost, so one task per block (a 256-GPU job's 10 minutes: 1,920 tasks)
-# spent more CPU on the pool than on decoding.
+# The decoded nodes, or the futures of them (with their task's CPU seconds).
+_Pending = list["Future[tuple[_NodeBlocks, float]] | _NodeBlocks"]
+# Blocks decoded per pool task, at least: a task's submit and result cost about what
+# decoding a few blocks does, so small reads decode on the caller's thread.
 DECODE_CHUNK = 64
 
 
 def _fetch_and_decode(
     operator_id: int, node_ids: Iterable[int], t0_ms: int, t1_ms: int
 ) -> _Pending:
-    """(node ids, decoded blocks or their future) of the blocks overlapping [t0_ms, t1_ms]."""
+    """The blocks overlapping [t0_ms, t1_ms], decoded node by node (or their futures): each
+    node's blocks in time order, its runs of one layout decoded together (blocks.decode_many)."""
     rows = read_block_payloads(operator_id, node_ids, t0_ms, t1_ms, with_node=True)
-    nodes = [node for node, _payload in rows]
+    by_node: dict[int, list[bytes]] = {}
+    for node, payload in rows:
+        by_node.setdefault(node, []).append(payload)
     if len(rows) <= DECODE_CHUNK:
-        return [(nodes, [blocks.decode(payload) for _node, payload in rows])]
-    # zstd and numpy release the GIL: decode many blocks on a few threads, a chunk a task.
+        return [_decode_nodes(list(by_node.items()))]
+    # zstd and numpy release the GIL: decode on a few threads, whole nodes a task.
     pool = _decode_pool()
     size = max(DECODE_CHUNK, -(-len(rows) // _DECODE_WORKERS))
-    return [
-        (nodes[i : i + size], pool.submit(_decode_on_pool, [p for _n, p in rows[i : i + size]]))
-        for i in range(0, len(rows), size)
-    ]
+    pending: _Pending = []
+    task: list[tuple[int, list[bytes]]] = []
+    in_task = 0
+    for node, payloads in by_node.items():
+        task.append((node, payloads))
+        in_task += len(payloads)
+        if in_task >= size:
+            pending.append(pool.submit(_decode_on_pool, task))
+            task, in_task = [], 0
+    if task:
+        pending.append(pool.submit(_decode_on_pool, task))
+    return pending
+
+
+def _collect(item: Future[tuple[_NodeBlocks, float]] | _NodeBlocks) -> _NodeBlocks:
+    if isinstance(item, list):
+        return item
+    decoded, spent = item.result()
+    _caller.cpu_s = caller_pool_cpu_s() + spent
+    return decoded
 
 
 def _assemble(
     pending: _Pending, infos: dict[int, SeriesInfo], t0_ms: int, t1_ms: int
-) -> list[SeriesData]:
-    by_node: dict[int, list[blocks.DecodedBlock]] = {}
-    for node_ids, item in pending:
-        decoded = item if isinstance(item, list) else item.result()
-        for node_id, block in zip(node_ids, decoded, strict=True):
-            by_node.setdefault(node_id, []).append(block)
-    out: dict[int, SeriesData] = {}
+) -> list[SampleRows]:
+    out: list[SampleRows] = []
     irregular: list[blocks.DecodedBlock] = []
-    for node_blocks in by_node.values():
-        if not _read_regular(node_blocks, infos, t0_ms, t1_ms, out):
-            irregular += node_blocks
-    out.update(_read_general(irregular, infos, t0_ms, t1_ms))
-    empty = np.zeros(0)
-    return [out.get(sid) or SeriesData(info, empty, empty) for sid, info in infos.items()]
+    for item in pending:
+        for _node, node_blocks in _collect(item):
+            rows = _read_regular(node_blocks, infos, t0_ms, t1_ms) if node_blocks else None
+            if rows is None:
+                irregular += node_blocks
+            elif rows.ids:
+                out.append(rows)
+    for sid, s in _read_general(irregular, infos, t0_ms, t1_ms).items():
+        out.append(SampleRows([sid], [s.info], s.ts, s.values.reshape(1, -1)))
+    return out
 
 
 def _read_regular(
@@ -273,35 +348,34 @@ def _read_regular(
     infos: dict[int, SeriesInfo],
     t0_ms: int,
     t1_ms: int,
-    out: dict[int, SeriesData],
-) -> bool:
+) -> SampleRows | None:
     """Fast path for the usual shape: every block of the node holds the same series, each with
     the same timestamps (one collection tick for all). Then the node's samples are one
-    (series × time) matrix and each series a row of it. False when the shape differs."""
+    (series × time) matrix and each series a row of it. None when the shape differs."""
     first = node_blocks[0].series_ids
     n = len(first)
     if n == 0:
-        return False
+        return None
     ts_rows, value_rows = [], []
     for block in node_blocks:
         if len(block.series_ids) != n or not np.array_equal(block.series_ids, first):
-            return False
+            return None
         if block.row_ts is not None:  # format 2 says so: no need to compare the rows
             ts_rows.append(block.row_ts)
             value_rows.append(block.values.reshape(n, len(block.row_ts)))
             continue
         per = len(block.ts_ms) // n
         if per * n != len(block.ts_ms) or not np.all(block.counts == per):
-            return False
+            return None
         ts = block.ts_ms.reshape(n, per)
         if not np.array_equal(ts, np.broadcast_to(ts[0], ts.shape)):
-            return False
+            return None
         ts_rows.append(ts[0])
         value_rows.append(block.values.reshape(n, per))
     ts_all = np.concatenate(ts_rows)
     keep = (ts_all >= t0_ms) & (ts_all <= t1_ms)
     if len(ts_all) > 1 and not np.all(np.diff(ts_all[keep]) >= 0):
-        return False
+        return None
     wanted = np.fromiter((i in infos for i in first.tolist()), dtype=bool, count=n)
     # Select rows (series) and columns (time) block by block: one copy of what is kept.
     parts = []
@@ -313,10 +387,8 @@ def _read_regular(
         if cols.any():
             parts.append(values[wanted][:, cols] if not cols.all() else values[wanted])
     matrix = np.concatenate(parts, axis=1) if parts else np.zeros((int(wanted.sum()), 0))
-    seconds = ts_all[keep] / 1000.0
-    for row, sid in zip(matrix, first[wanted].tolist(), strict=True):
-        out[sid] = SeriesData(infos[sid], seconds, row)
-    return True
+    ids = first[wanted].tolist()
+    return SampleRows(ids, [infos[sid] for sid in ids], ts_all[keep] / 1000.0, matrix)
 
 
 def _read_general(
@@ -510,6 +582,14 @@ def catalog_samples(
     """Samples over [t0, t1] of the catalog's series (one block query)."""
     with tenant_context(operator_id):
         return read_samples(operator_id, catalog.infos, catalog.node_ids, t0, t1)
+
+
+def catalog_sample_rows(
+    operator_id: int, catalog: SeriesCatalog, t0: float, t1: float
+) -> list[SampleRows]:
+    """catalog_samples as read_sample_rows gives them (series without samples left out)."""
+    with tenant_context(operator_id):
+        return read_sample_rows(operator_id, catalog.infos, catalog.node_ids, t0, t1)
 
 
 def gpu_series(
