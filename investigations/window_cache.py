@@ -104,6 +104,10 @@ class _Entry:
     # updates from the refresh's cutoff instead of placing the whole window again; None after
     # a refresh that read in full or added series (their earlier samples are new to them).
     matrices: Matrices | None = None
+    # The held node matrices by their first series id (_splice's fast path), and where each
+    # series of the catalogs is held (_Homes), kept while the catalogs' series stay the same.
+    rows_index: dict[int, _Rows] = field(default_factory=dict)
+    homes: _Homes | None = None
     # Held by an evaluation from its refresh to the end of its detectors (the window's raw
     # series are views of the held arrays): two evaluations of one job in one worker (its
     # evaluation lock expired under load) must not refresh the entry under each other's reads.
@@ -185,7 +189,7 @@ class _Rows:
     every series at every evaluation (a 96-GPU job's 3,600 series cost 80 ms that way), or
     splicing each series (a 200-GPU job's 8,000: ~60 ms)."""
 
-    __slots__ = ("hi", "lo", "ts", "values")
+    __slots__ = ("hi", "ids", "intact", "lo", "owner", "ts", "values")
 
     def __init__(self, ts: np.ndarray, values: np.ndarray) -> None:
         self.ts = np.array(ts, dtype=np.float64)
@@ -193,6 +197,11 @@ class _Rows:
         self.values = copied.reshape(1, -1) if copied.ndim == 1 else copied
         self.lo = 0
         self.hi = len(self.ts)
+        # A node's series read as one: their ids in row order and the held dict whose
+        # entries are its rows, while every one of them still is (intact).
+        self.ids: list[int] = []
+        self.owner: dict[SeriesInfo, _Held] | None = None
+        self.intact = False
 
     def splice(self, ts: np.ndarray, values: np.ndarray, cutoff: float) -> None:
         """Drop the samples from `cutoff` on, append `ts` and `values` (a row per series)."""
@@ -243,6 +252,7 @@ class _Held:
         the rows it shares, when it does (the others are then spliced on their own)."""
         if len(self.rows.values) > 1:
             r = self.rows
+            r.intact = False
             self.rows, self.row = _Rows(r.ts[r.lo : r.hi], r.values[self.row, r.lo : r.hi]), 0
         self.rows.splice(ts, values.reshape(1, -1), cutoff)
 
@@ -250,26 +260,29 @@ class _Held:
 def _splice(
     held: dict[SeriesInfo, _Held],
     fresh: Iterable[ingest_selectors.SampleRows],
-    order: Iterable[SeriesInfo],
+    order: list[SeriesInfo],
     cutoff: float,
+    index: dict[int, _Rows],
 ) -> None:
     """Replace the held samples from `cutoff` on with the freshly read ones; series of
-    `order` (the catalog, whose order the held series keep) not read have none from then on."""
+    `order` (the catalog, whose order the held series keep) not read have none from then on.
+    `index`: the entry's node matrices by first series id."""
     added: dict[SeriesInfo, _Held] = {}
     spliced: set[SeriesInfo] = set()
+    whole: set[int] = set()  # the node matrices spliced as one (id())
+    covered = 0  # and their series
     for rows in fresh:
+        known = index.get(rows.ids[0])
+        if known is not None and known.intact and known.owner is held and known.ids == rows.ids:
+            known.splice(rows.ts, rows.values, cutoff)  # the usual: a node's series as one
+            whole.add(id(known))
+            covered += len(rows.ids)
+            continue
         handles = [held.get(info) for info in rows.infos]
-        first = handles[0]
-        if (
-            first is not None
-            and len(first.rows.values) == len(handles)
-            and all(
-                h is not None and h.rows is first.rows and h.row == i for i, h in enumerate(handles)
-            )
-        ):
-            first.rows.splice(rows.ts, rows.values, cutoff)  # the usual: a node's series as one
-        elif all(h is None for h in handles):
+        if all(h is None for h in handles):
             together = _Rows(rows.ts, rows.values)
+            together.ids, together.owner, together.intact = rows.ids, held, True
+            index[rows.ids[0]] = together
             added.update((info, _Held(info, together, i)) for i, info in enumerate(rows.infos))
         else:  # the node's series changed: each on its own from now on
             for i, (info, h) in enumerate(zip(rows.infos, handles, strict=True)):
@@ -278,6 +291,8 @@ def _splice(
                 else:
                     h.splice(rows.ts, rows.values[i], cutoff)
         spliced.update(rows.infos)
+    if covered == len(order):  # every series of the catalog read with its node's
+        return
     empty = np.zeros(0)
     for info in order:
         if info in added:
@@ -286,8 +301,28 @@ def _splice(
             old = held.get(info)
             if old is None:
                 held[info] = _Held(info, _Rows(empty, empty))
-            else:
+            elif id(old.rows) not in whole:
                 old.splice(empty, empty, cutoff)
+
+
+class _Homes:
+    """Where each series of a refresh's catalogs is held: the job's own (None) or its node's,
+    by series id, and each place's series in the catalogs' order (what the held dicts keep).
+    Built again only when the catalogs' series change (a series id's identity never does)."""
+
+    def __init__(self, infos: dict[int, SeriesInfo], job_infos: dict[int, SeriesInfo]) -> None:
+        self.ids = list(infos)
+        self.job_ids = list(job_infos)
+        own = set(job_infos.values())
+        self.by_id: dict[int, str | None] = {
+            sid: None if info in own else info.node for sid, info in infos.items()
+        }
+        self.orders: dict[str | None, list[SeriesInfo]] = {}
+        for sid, info in infos.items():
+            self.orders.setdefault(self.by_id[sid], []).append(info)
+
+    def same(self, infos: dict[int, SeriesInfo], job_infos: dict[int, SeriesInfo]) -> bool:
+        return list(infos) == self.ids and list(job_infos) == self.job_ids
 
 
 def _split(
@@ -456,12 +491,16 @@ class CachedIngestStore:
                 self._added = True
                 part = ingest_selectors.SeriesCatalog(added, new.node_ids)
                 for s in ingest_selectors.catalog_samples(self.operator_id, part, e.start, cutoff):
+                    if s.info in held:  # its node's matrix no longer holds it
+                        held[s.info].rows.intact = False
                     held[s.info] = _Held.of(s)  # the refresh then replaces it from `cutoff` on
         return new
 
     @staticmethod
     def _clear(e: _Entry) -> None:
         e.matrices = None
+        e.rows_index.clear()
+        e.homes = None
         e.series.clear()
         e.node_series.clear()
         e.events.clear()
@@ -482,19 +521,17 @@ class CachedIngestStore:
             node_ids |= catalog.node_ids
         combined = ingest_selectors.SeriesCatalog(infos, frozenset(node_ids))
         fresh = ingest_selectors.catalog_sample_rows(self.operator_id, combined, cutoff, t1)
-        own = set(job_catalog.infos.values())
-        # Where each series is held: the job's own (None) or its node's.
-        home = {info: None if info in own else info.node for info in infos.values()}
+        homes = e.homes
+        if homes is None or not homes.same(infos, job_catalog.infos):
+            homes = e.homes = _Homes(infos, job_catalog.infos)
         parts: dict[str | None, list[ingest_selectors.SampleRows]] = {}
         for rows in fresh:
-            for key, part in _split(rows, [home[info] for info in rows.infos]).items():
+            for key, part in _split(rows, [homes.by_id[sid] for sid in rows.ids]).items():
                 parts.setdefault(key, []).append(part)
-        orders: dict[str | None, list[SeriesInfo]] = {}
-        for info, key in home.items():
-            orders.setdefault(key, []).append(info)
-        _splice(e.series, parts.get(None, ()), orders.get(None, ()), cutoff)
+        orders = homes.orders
+        _splice(e.series, parts.get(None, ()), orders.get(None, []), cutoff, e.rows_index)
         for node, held in e.node_series.items():
-            _splice(held, parts.get(node, ()), orders.get(node, ()), cutoff)
+            _splice(held, parts.get(node, ()), orders.get(node, []), cutoff, e.rows_index)
 
     def _refresh_events(self, nodes: list[str], cutoff: float, t1: float) -> None:
         """Events of these nodes from `cutoff` on, in one read, replacing what was held."""
@@ -522,7 +559,7 @@ class CachedIngestStore:
             )
         held = e.node_series.setdefault(node, {})
         fresh = ingest_selectors.catalog_sample_rows(self.operator_id, catalog, cutoff, t1)
-        _splice(held, fresh, catalog.infos.values(), cutoff)
+        _splice(held, fresh, list(catalog.infos.values()), cutoff, e.rows_index)
         self._refresh_events([node], cutoff, t1)
 
     # --- SignalStore ----------------------------------------------------------------------

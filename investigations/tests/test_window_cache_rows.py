@@ -37,6 +37,7 @@ def reference_splice(
 def test_spliced_rows_hold_what_each_series_spliced_alone_holds(seed: int) -> None:
     rng = np.random.default_rng(seed)
     held: dict[SeriesInfo, _Held] = {}
+    index: dict[int, window_cache._Rows] = {}
     ref: dict[SeriesInfo, tuple[np.ndarray, np.ndarray]] = {}
     members = list(range(6))
     through = 100.0
@@ -53,15 +54,16 @@ def test_spliced_rows_hold_what_each_series_spliced_alone_holds(seed: int) -> No
         fresh: list[SampleRows] = []
         as_dict: dict[SeriesInfo, tuple[np.ndarray, np.ndarray]] = {}
         matrix = rng.normal(0, 1, (len(infos), len(ts)))
+        ids = list(members)
         if rng.random() < 0.2:  # one series read alone (an irregular block), the rest as one
-            fresh.append(SampleRows([0], infos[:1], ts[::2], matrix[:1, ::2]))
+            fresh.append(SampleRows(ids[:1], infos[:1], ts[::2], matrix[:1, ::2]))
             as_dict[infos[0]] = (ts[::2], matrix[0, ::2])
-            infos, matrix = infos[1:], matrix[1:]
+            ids, infos, matrix = ids[1:], infos[1:], matrix[1:]
         if infos and rng.random() > 0.05:  # else: nothing read for the node's series
-            fresh.append(SampleRows(list(range(len(infos))), infos, ts, matrix))
+            fresh.append(SampleRows(ids, infos, ts, matrix))
             as_dict.update((i, (ts, row)) for i, row in zip(infos, matrix, strict=True))
         order = [info(k) for k in range(max(members) + 1)]
-        _splice(held, fresh, order, cutoff)
+        _splice(held, fresh, order, cutoff, index)
         reference_splice(ref, as_dict, order, cutoff)
         if rng.random() < 0.3:
             keep_from = cutoff - 20
@@ -79,14 +81,25 @@ def test_spliced_rows_hold_what_each_series_spliced_alone_holds(seed: int) -> No
             assert view.values.tobytes() == ref[i][1].tobytes()
 
 
-def test_a_node_s_series_are_spliced_as_one() -> None:
+def test_a_node_s_series_are_spliced_as_one_until_one_is_replaced() -> None:
     held: dict[SeriesInfo, _Held] = {}
+    index: dict[int, window_cache._Rows] = {}
     infos = [info(k) for k in range(4)]
+    ids = [0, 1, 2, 3]
     ts = np.arange(10.0)
-    _splice(held, [SampleRows([0, 1, 2, 3], infos, ts, np.ones((4, 10)))], infos, 0.0)
+    _splice(held, [SampleRows(ids, infos, ts, np.ones((4, 10)))], infos, 0.0, index)
     rows = held[infos[0]].rows
     assert all(h.rows is rows for h in held.values())
-    _splice(held, [SampleRows([0, 1, 2, 3], infos, ts + 5, np.zeros((4, 10)))], infos, 5.0)
+    _splice(held, [SampleRows(ids, infos, ts + 5, np.zeros((4, 10)))], infos, 5.0, index)
     assert all(h.rows is rows for h in held.values())  # still one matrix
     np.testing.assert_array_equal(held[infos[2]].view().ts, np.arange(15.0))
     np.testing.assert_array_equal(held[infos[2]].view().values, [1.0] * 5 + [0.0] * 10)
+    # A series read again over what is held (the cache's added series) replaces its handle:
+    # its node's matrix no longer holds every one of them, and each is spliced on its own.
+    rows.intact = False
+    held[infos[1]] = _Held.of(held[infos[1]].view())
+    _splice(held, [SampleRows(ids, infos, ts + 10, np.full((4, 10), 2.0))], infos, 10.0, index)
+    assert len({id(h.rows) for h in held.values()}) == 4
+    for h in held.values():
+        np.testing.assert_array_equal(h.view().ts, np.arange(20.0))
+        np.testing.assert_array_equal(h.view().values, [1.0] * 5 + [0.0] * 5 + [2.0] * 10)
