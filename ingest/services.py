@@ -77,6 +77,9 @@ class StoreOutcome:
 _cache_lock = threading.Lock()
 _series_ids: dict[tuple[int, str], int] = {}
 _node_ids: dict[tuple[int, str], int] = {}
+# (operator, job id) → the job's pk: a job row is never deleted or re-keyed, so the lookup of
+# the jobs a batch names (every batch of a job's nodes) is one dict read once it is known.
+_job_ids: dict[tuple[int, str], int] = {}
 # Node pk → when this process last wrote its last_seen_at (time.monotonic()). Batches move
 # last_seen_at forward at most once per NODE_SEEN_INTERVAL_S per node: one UPDATE per node
 # per interval, not one per batch.
@@ -89,6 +92,7 @@ def clear_caches() -> None:
     with _cache_lock:
         _series_ids.clear()
         _node_ids.clear()
+        _job_ids.clear()
         _node_seen.clear()
     selectors.clear_cache()
     clear_series_cache()  # its memos hold series ids
@@ -383,9 +387,13 @@ def _ensure_jobs(
     records: dict[str, list[dict[str, Any]]] = {}
     for j in batch.jobs:
         records.setdefault(j["job"], []).append(j)
-    existing = dict(
-        Job.objects.filter(operator_id=operator_id, job_id__in=refs).values_list("job_id", "id")
-    )
+    existing = {ref: pk for ref in refs if (pk := _job_ids.get((operator_id, ref))) is not None}
+    if len(existing) < len(refs):
+        existing.update(
+            Job.objects.filter(
+                operator_id=operator_id, job_id__in=refs - existing.keys()
+            ).values_list("job_id", "id")
+        )
     missing = refs - existing.keys()
     if missing:
         new_jobs = []
@@ -411,6 +419,10 @@ def _ensure_jobs(
                 "job_id", "id"
             )
         )
+    _publish(
+        _job_ids,
+        {(operator_id, j): pk for j, pk in existing.items() if (operator_id, j) not in _job_ids},
+    )
     ending = _jobs_its_exits_may_end(operator_id, batch, node_ids, existing)
     if records or ending:
         _apply_job_records(

@@ -200,22 +200,26 @@ def write_blocks(rows: Sequence[BlockRow], using: str = "default") -> None:
     if not rows:
         return
     columns = ", ".join(BLOCK_COLUMNS)
-    with connections[using].cursor() as cursor:
-        cursor.executemany(
-            f"INSERT INTO {BLOCK_TABLE} ({columns}) VALUES (%s, %s, %s, %s, %s, %s, %s)",  # noqa: S608 - our table and column constants; values are parameters
-            [
-                (
-                    r.operator_id,
-                    r.node_id,
-                    r.start_ms,
-                    r.end_ms,
-                    r.series_count,
-                    r.sample_count,
-                    r.payload,
-                )
-                for r in rows
-            ],
-        )
+    sql = f"INSERT INTO {BLOCK_TABLE} ({columns}) VALUES (%s, %s, %s, %s, %s, %s, %s)"  # noqa: S608 - our table and column constants; values are parameters
+    params = [
+        (r.operator_id, r.node_id, r.start_ms, r.end_ms, r.series_count, r.sample_count, r.payload)
+        for r in rows
+    ]
+    connection = connections[using]
+    if connection.vendor == "postgresql":
+        # Bound server-side, the payload sent as binary: Django's cursors bind client-side,
+        # which spells a ~66 KB block as ~132 KB of hex for PostgreSQL to parse back (0.45 ms
+        # of CPU a block between the two). Same connection, transaction and tenant setting.
+        # Its errors as Django's (DataError, OperationalError…), as the writer tells them apart.
+        connection.ensure_connection()
+        with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as raw:
+            if len(params) == 1:  # the usual batch (one node): executemany's pipeline costs more
+                raw.execute(sql, params[0])
+            else:
+                raw.executemany(sql, params)
+        return
+    with connection.cursor() as cursor:
+        cursor.executemany(sql, params)
 
 
 def read_block_payloads(
