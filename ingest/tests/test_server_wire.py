@@ -193,3 +193,15 @@ def test_a_batch_with_a_refused_series_is_not_cached() -> None:
         decoded = decode_batch(server_wire.parse(raw), LIMITS, now=now)
         assert [r.kind for r in decoded.rejections] == ["series"]
         assert len(decoded.series) == 1
+
+
+def test_the_benchmark_agents_bytes_are_the_serialized_batch() -> None:
+    from ingest import bench
+
+    template = bench._template("wire-node", 60, 10, bench.JOB_ID, 3)
+    wire = bench._Wire(template)
+    for sequence, ts0 in ((1, 1_796_000_000_000), (2**40, -5), (9, -(2**63))):
+        patched = ingest_pb2.Batch()
+        patched.CopyFrom(template)
+        patched.sequence, patched.ts_ms[0] = sequence, ts0
+        assert wire.batch(sequence, ts0) == patched.SerializeToString()
