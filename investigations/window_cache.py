@@ -532,6 +532,10 @@ class CachedIngestStore:
         _splice(e.series, parts.get(None, ()), orders.get(None, []), cutoff, e.rows_index)
         for node, held in e.node_series.items():
             _splice(held, parts.get(node, ()), orders.get(node, []), cutoff, e.rows_index)
+        # A matrix some series left (their node's series changed) is no longer spliced as one:
+        # out of the index, so that its arrays go once its last series has left it.
+        for first in [k for k, rows in e.rows_index.items() if not rows.intact]:
+            del e.rows_index[first]
 
     def _refresh_events(self, nodes: list[str], cutoff: float, t1: float) -> None:
         """Events of these nodes from `cutoff` on, in one read, replacing what was held."""
