@@ -140,7 +140,7 @@ STEADY_MIN_HISTORY = 20
 # 80% win) and z ≥ 6 against the other ranks' equally long per-step means.
 STEADY_MIN_STEPS = 3
 # A rank whose GPU is throttled (a thermal or hardware reason, or a clock under its peers')
-# keeps the long rule, however long its throttle has lasted. Tried: a throttle that began with
+# keeps the long rule — unless the reason is a power brake (below). Tried: a throttle that began with
 # the lead and stayed ≥ 10 s, on a GPU with no new ECC error, remap or XID, judged by the
 # steady rule (slow_rank seed 2, HW power brake: 63 → 14 s). But gpu_degrading seeds 5 and 6
 # were then named stragglers 15–18 s into their first throttle episode, before their GPU's
@@ -148,6 +148,18 @@ STEADY_MIN_STEPS = 3
 # seeds 0–12; seeds 8, 9 and 11 were named too without the ECC test). A 10–60 s episode
 # cannot be told from a lasting throttle by its first seconds, and the GPU's other signs are
 # not reliably there yet.
+# A power brake is the exception. NVML/DCGM's HW power brake reason (0x80) is "External Power
+# Brake Assertion being triggered (e.g. by the system power supply)": the node's power system
+# holds the GPU down from outside, not the GPU's own thermal or power management, and it holds
+# for as long as the supply's condition (a lost PSU, a tripped power budget) lasts. A GPU's own
+# throttle episodes — what a degrading GPU shows, and what the long wait is for — are thermal
+# or HW slowdown; none of the simulated gpu_degrading episodes brakes. So a rank whose GPU
+# reports the brake, with no thermal reason, on every sample of its raised segment, for
+# ≥ BRAKE_MIN_SAMPLES, is judged by the steady rule: 10 samples, so a brake of a few seconds (a
+# supply's transient) is not enough, and ≥ 2 steps of a 4 s-step job. slow_rank seed 2 (2×4,
+# HW power brake from the onset): 63 → 14 s. HW thermal and HW slowdown alone keep the wait.
+BRAKE_MIN_SAMPLES = 10
+_THERMAL = signals.THROTTLE_HW_THERMAL | signals.THROTTLE_SW_THERMAL
 # Rotating imbalance, early: with throttle telemetry, samples in which a rank's GPU is in a
 # throttle episode are left out of the rotation test (they are a GPU's — fleet health — not the
 # sampler's), and a segment of ≥ 5 steps (samples, while the log gives no step time) but
@@ -190,6 +202,9 @@ class StragglerStats:
     lead_matrix: np.ndarray | None = None  # (R, n) relative lead over the median rank
     early: bool = False  # judged by `_steady_straggler` (z over samples, not 10-sample blocks)
     step_blk: int = 1  # samples per block of the steady rule (`_steady_blocks`)
+    # (R, n): the rank's GPU held by a power brake with no thermal reason (`brake_matrix`)
+    braked: np.ndarray | None = None
+    braked_early: bool = False  # judged by the steady rule with its GPU power-braked
 
 
 def throttle_matrix(w: JobWindow) -> np.ndarray | None:
@@ -216,6 +231,19 @@ def throttle_matrix(w: JobWindow) -> np.ndarray | None:
         med[cols] = np.nanmedian(clock[:, cols], axis=0)
         with np.errstate(invalid="ignore"):
             out |= seen & (clock < CLOCK_DROP_RATIO * med[None, :]) & ~held
+    return out
+
+
+def brake_matrix(w: JobWindow) -> np.ndarray | None:
+    """(R, T) whether each rank's GPU reported the HW power brake reason and no thermal one
+    (BRAKE_MIN_SAMPLES); None without throttle reasons."""
+    bits = w.gpu.get(signals.DCGM_FI_DEV_CLOCK_THROTTLE_REASONS)
+    if bits is None or not bool(np.isfinite(bits).any()):
+        return None
+    b = np.nan_to_num(bits, nan=0.0).astype(np.int64)
+    out: np.ndarray = (
+        np.isfinite(bits) & ((b & signals.THROTTLE_HW_POWER_BRAKE) != 0) & ((b & _THERMAL) == 0)
+    )
     return out
 
 
@@ -261,6 +289,7 @@ def straggler_stats(w: JobWindow) -> StragglerStats | None:
     x = busy_all[:, mask]
     times = w.times[mask]
     thr = throttle_matrix(w)
+    brk = brake_matrix(w)
     med = np.median(x, axis=0)
     scale = float(np.median(med[med > 0])) if (med > 0).any() else 1.0
     lead = (x - med) / scale  # (R, n)
@@ -305,6 +334,7 @@ def straggler_stats(w: JobWindow) -> StragglerStats | None:
         throttled=thr[:, mask] if thr is not None else None,
         lead_matrix=lead,
         step_blk=_steady_blocks(w),
+        braked=brk[:, mask] if brk is not None else None,
     )
 
 
@@ -327,10 +357,12 @@ def _steady_straggler(st: StragglerStats) -> StragglerStats | None:
     median lead before the segment, is compared with the
     standard error of an equally long mean of the other ranks' leads over the window (their
     own jitter, correlation within a step included). The rank's GPU must report throttle data
-    and no throttle episode on the segment: otherwise the long rule (`_is_persistent`) waits."""
+    and no throttle episode on the segment, or a power brake on every sample of it
+    (BRAKE_MIN_SAMPLES): otherwise the long rule (`_is_persistent`) waits."""
     lead, thr, busy = st.lead_matrix, st.throttled, st.busy
     if lead is None or thr is None or lead.shape[0] < 2:
         return None
+    brk = st.braked if st.braked is not None else np.zeros_like(thr)
     blk, off, min_seg = max(1, st.step_blk), 0, STEADY_MIN_SAMPLES
     if blk > 1:
         # Per step: blocks of `blk` samples, each holding a step's end, ending at the newest
@@ -342,7 +374,17 @@ def _steady_straggler(st: StragglerStats) -> StragglerStats | None:
         lead = step_means(lead, st.times, blk)[0]
         busy = step_means(busy, st.times, blk)[0]
         thr = np.asarray(thr[:, off:].reshape(thr.shape[0], nb, blk).any(axis=2))
+        brk = np.asarray(brk[:, off:].reshape(brk.shape[0], nb, blk).all(axis=2))
         min_seg = max(STEADY_MIN_STEPS, -(-STEADY_MIN_SAMPLES // blk))
+        cols = off + blk * np.arange(nb)  # each block's first sample
+    else:
+        # A sample in which every rank reads the same share (each computed the whole sample,
+        # e.g. the first after a pause) says nothing about which rank is slow — the win test
+        # below leaves such ties out too — but its lead of 0 broke the raised run (slow_rank
+        # seed 24 at random sizes: a slow rank named 5 s after such a sample, 29 s after the
+        # onset). Left out; per step, a step's end is in every block.
+        cols = np.flatnonzero(busy.max(axis=0) - busy.min(axis=0) > 1e-9)
+        lead, busy, thr, brk = lead[:, cols], busy[:, cols], thr[:, cols], brk[:, cols]
     n = lead.shape[1]
     if n < min_seg:
         return None
@@ -355,8 +397,11 @@ def _steady_straggler(st: StragglerStats) -> StragglerStats | None:
     low = np.flatnonzero(~raised)
     start = int(low[-1]) + 1 if len(low) else 0
     seg = n - start
-    if seg < min_seg or start < STEADY_MIN_HISTORY or thr[cand, start:].any():
+    if seg < min_seg or start < STEADY_MIN_HISTORY:
         return None
+    throttled = bool(thr[cand, start:].any())
+    if throttled and not (brk[cand, start:].all() and seg * blk >= BRAKE_MIN_SAMPLES):
+        return None  # a throttle episode, or a brake not yet held long enough: the long rule
     # Against the rank's own level before: a GPU a few % slower all along (manufacturing
     # variation) has lucky stretches above 5%; an onset is a step up from its own baseline.
     base = float(np.median(lead[cand, :start]))
@@ -384,21 +429,29 @@ def _steady_straggler(st: StragglerStats) -> StragglerStats | None:
     return replace(
         st,
         rank_row=cand,
-        start=off + start * blk,
+        start=int(cols[start]),
         lead=m,
         tstat=z,
         block_win=win,
         others_dispersion=od,
         early=True,
+        braked_early=throttled,
     )
 
 
 def persistent_straggler(st: StragglerStats) -> StragglerStats | None:
     """The persistent straggler's statistics: the long rule's, else a steady one's; None when
-    no rank is one."""
-    if _is_persistent(st):
-        return st
-    return _steady_straggler(st)
+    no rank is one. When both find a rank, the one that slows the job more: a GPU a few %
+    slower all along passes the long rule with a lead under the materiality floor (dropped
+    later) and hid a new straggler 27% slower (slow_rank seed 21 at random sizes: rank 10 at
+    3.1% named by the long rule for 19 s after the onset, the true rank 28 by the steady rule
+    from 5 s on)."""
+    steady = _steady_straggler(st)
+    if not _is_persistent(st):
+        return steady
+    if steady is not None and steady.rank_row != st.rank_row and steady.lead > st.lead:
+        return steady
+    return st
 
 
 def _caveat(w: JobWindow, source: str) -> str:
@@ -612,8 +665,13 @@ def detect_slow_rank(w: JobWindow) -> list[Finding]:
         unit = "samples"
         stat_txt = (
             f"z={min(st.tstat, 999.0):.1f} against the other ranks' jitter over "
-            f"{len(st.times) - st.start} samples, its GPU in no thermal or hardware "
-            "throttle episode"
+            f"{len(st.times) - st.start} samples, "
+            + (
+                "its GPU held by a power brake asserted from outside it (no thermal reason) "
+                "on every one"
+                if st.braked_early
+                else "its GPU in no thermal or hardware throttle episode"
+            )
         )
     else:
         unit = "10-sample blocks"
