@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -125,6 +126,35 @@ def test_a_save_line_is_a_notice_an_error_is_a_happening() -> None:
         failed = look(line)
         assert failed.jobs == {"job-1": "log line"}, line
         assert failed.severe_jobs == {"job-1"}, line
+
+
+REAL_LOGS = Path(__file__).resolve().parents[2] / "agent" / "tests" / "data" / "training"
+
+
+@pytest.mark.parametrize(
+    ("log", "signs"),
+    [
+        # Megatron prints "number of nan iterations: 0" on every iteration line.
+        ("megatron_lm_core_r0.8.0_gpt3_7b_8gpu.log", 0),
+        ("megatron_deepspeed_bigscience_tr8b_104B.log", 0),
+        ("megatron_checkpoint_save_hyperpod_slurm.log", 0),
+        # nanoGPT's fp16 run goes NaN: "iter 110: loss nan" and after.
+        ("nanogpt_minlora_fp16_nan_loss.log", 8),
+    ],
+)
+def test_real_logs_are_happenings_only_where_something_went_wrong(log: str, signs: int) -> None:
+    screen = BatchScreen()
+    util = _gpu(signals.DCGM_FI_DEV_GPU_UTIL, 0)
+    lines = (REAL_LOGS / log).read_text(errors="replace").splitlines()
+    severe = 0
+    for line in lines:
+        seen = _look(screen, {util: 90.0}, logs=[{"line": line, "job": "job-1", "node": NODE}])
+        severe += seen.jobs.get("job-1") == "log line"
+    assert severe == signs
+    # A Megatron line that did count NaN iterations is one.
+    nan_line = "iteration 20/ 100 | lm loss: 2.1E+00 | number of nan iterations:   3 |"
+    seen = _look(screen, {util: 90.0}, logs=[{"line": nan_line, "job": "job-1", "node": NODE}])
+    assert seen.severe_jobs == {"job-1"}
 
 
 def test_a_job_is_urgent_through_its_first_minute_only() -> None:
