@@ -21,6 +21,7 @@ JSON line per event, so several worker processes (prefork children included) can
 
 from __future__ import annotations
 
+import cProfile
 import json
 import os
 import threading
@@ -30,6 +31,11 @@ from typing import Any
 from celery import signals
 
 ENV = "PROOF_BENCH_PROBE"
+# A folder: every measured task runs under cProfile (its thread only), and those that took
+# more than PROFILE_MIN_CPU_S of CPU leave their stats there (`python -m pstats`). A diagnosis
+# aid: the profiler inflates the CPU it measures, so a profiled run's figures are not costs.
+PROFILE_ENV = "PROOF_BENCH_PROFILE"
+PROFILE_MIN_CPU_S = 1.0
 MEASURED_TASKS = frozenset(
     {
         "investigations.evaluate_job",
@@ -58,14 +64,26 @@ def _write(event: dict[str, Any]) -> None:
 
 def _prerun(sender: Any = None, task_id: str | None = None, **kwargs: Any) -> None:
     if getattr(sender, "name", None) in MEASURED_TASKS and task_id:
-        _state["started"][task_id] = (time.thread_time(), time.perf_counter())
+        profile = None
+        if os.environ.get(PROFILE_ENV):
+            profile = cProfile.Profile()
+            profile.enable()
+        _state["started"][task_id] = (time.thread_time(), time.perf_counter(), profile)
 
 
 def _postrun(sender: Any = None, task_id: str | None = None, **kwargs: Any) -> None:
     began = _state["started"].pop(task_id, None)
     if began is None:
         return
-    cpu0, wall0 = began
+    cpu0, wall0, profile = began
+    cpu = time.thread_time() - cpu0
+    if profile is not None:
+        profile.disable()
+        if cpu >= PROFILE_MIN_CPU_S:
+            args = "-".join(map(str, kwargs.get("args") or ()))
+            profile.dump_stats(
+                os.path.join(os.environ[PROFILE_ENV], f"{sender.name}-{args}-{task_id}.prof")
+            )
     # Imported here for the reason _on_verdict gives: ingest's selectors import its models.
     from ingest.selectors import pool_decode_cpu_s
     from investigations.window_cache import CACHE
@@ -74,7 +92,7 @@ def _postrun(sender: Any = None, task_id: str | None = None, **kwargs: Any) -> N
         {
             "event": "task",
             "task": sender.name,
-            "cpu_s": time.thread_time() - cpu0,
+            "cpu_s": cpu,
             "wall_s": time.perf_counter() - wall0,
             "args": list(kwargs.get("args") or ()),
             "pid": os.getpid(),
