@@ -37,6 +37,7 @@ import django
 django.setup()
 
 from contract.wire.encode import BatchBuilder  # noqa: E402
+from engine.window import build_job_window  # noqa: E402
 from ingest import blocks  # noqa: E402
 from ingest import selectors as ingest_selectors  # noqa: E402
 from ingest import services as ingest_services  # noqa: E402
@@ -138,6 +139,7 @@ def _refreshes(
     spans = {job: (start, end)}
     t1 = start + args.start
     costs: list[tuple[float, float]] = []
+    builds: list[float] = []
     profile = cProfile.Profile() if args.profile else None
     with tenant_context(operator_id):
         while t1 <= end:
@@ -163,6 +165,14 @@ def _refreshes(
             # the entry then holds and the next refreshes read with the job's.
             for node, _index in store.gpu_locations().values():
                 store.node_series(node, start, t1)
+            if args.window:  # the window built from it, as the live evaluation does
+                entry = cache.entry(operator_id, job)
+                began = time.thread_time()
+                window = build_job_window(
+                    store, job, start, t1, reuse=entry.matrices, changed_from=store.changed_from
+                )
+                entry.matrices = window.matrices
+                builds.append(time.thread_time() - began)
             t1 += args.every
     entry = cache.entry(operator_id, job)
     if profile is not None:
@@ -174,6 +184,11 @@ def _refreshes(
             f" (caller {statistics.median([a for a, _ in costs]) * 1e3:.1f},"
             f" pool {statistics.median([b for _, b in costs]) * 1e3:.1f}),"
             f" min {min(totals) * 1e3:.1f}, max {max(totals) * 1e3:.1f}"
+        )
+    if builds:
+        print(
+            f"window builds: median {statistics.median(builds[1:] or builds) * 1e3:.1f} ms"
+            f" after the first ({builds[0] * 1e3:.1f} ms)"
         )
     print(
         f"held series {len(entry.series)} + node {sum(map(len, entry.node_series.values()))},"
@@ -219,6 +234,7 @@ def main() -> int:
     parser.add_argument("--start", type=float, default=120.0, help="first refresh, data s")
     parser.add_argument("--every", type=float, default=10.0, help="data s between refreshes")
     parser.add_argument("--reuse", action="store_true")
+    parser.add_argument("--window", action="store_true", help="time the window builds too")
     parser.add_argument("--profile", action="store_true", help="cProfile the delta refreshes")
     parser.add_argument("--slug", default=SLUG, help="the bench operator's slug")
     args = parser.parse_args()
