@@ -398,11 +398,17 @@ def _read_general(
     if not decoded:
         return {}
     wanted = np.fromiter(infos.keys(), dtype=np.int64)
+    # Which blocks' series are wanted, in one membership test over every block: np.isin
+    # sorts both sides on each call, and one call per block cost a 200-GPU inference job's
+    # evaluation ~7 s of CPU on the fleet bench (194 blocks against ~10^4 wanted ids).
+    every_sid = np.concatenate([block.series_ids for block in decoded])
+    wanted_rows = np.split(
+        np.isin(every_sid, wanted), np.cumsum([len(b.series_ids) for b in decoded])[:-1]
+    )
     run_sid, run_start, run_len, ts_parts, value_parts = [], [], [], [], []
     offset = 0
-    for block in decoded:
+    for block, keep in zip(decoded, wanted_rows, strict=True):
         starts = np.concatenate(([0], np.cumsum(block.counts)[:-1])) + offset
-        keep = np.isin(block.series_ids, wanted)
         run_sid.append(block.series_ids[keep])
         run_start.append(starts[keep])
         run_len.append(block.counts[keep])
