@@ -31,6 +31,7 @@ concatenated samples for any other shape. Whole-array numpy both; no loop per se
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -378,9 +379,7 @@ def decode_values(raw: memoryview, counts: np.ndarray, n: int) -> np.ndarray:
     return rows
 
 
-def decode_value_rows(
-    raws: list[bytes | memoryview] | list[memoryview], counts: np.ndarray, n: int
-) -> np.ndarray:
+def decode_value_rows(raws: Sequence[bytes | memoryview], counts: np.ndarray, n: int) -> np.ndarray:
     """The values of blocks of one layout (the same `counts`, the same layout_key), one row
     of the (blocks × n) result per block, each what decoding that block alone gives: the
     integer reconstruction, the scaling and the XOR are one numpy pass over all of them."""

@@ -26,6 +26,7 @@ whole-array numpy operations: no Python loop per sample or per series.
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -233,7 +234,7 @@ def decode(payload: bytes | memoryview) -> DecodedBlock:
     return DecodedBlock(sid, counts, values, _ts=ts)
 
 
-def decode_many(payloads: list[bytes] | list[memoryview]) -> list[DecodedBlock]:
+def decode_many(payloads: Sequence[bytes | memoryview]) -> list[DecodedBlock]:
     """The blocks of one node in time order, each run of consecutive blocks of one layout
     (the same series, each with the same timestamps, coded alike: a node's 1 s blocks) as
     one DecodedBlock: its series' samples are the run's blocks' in order, its timestamps
