@@ -338,6 +338,19 @@ def straggler_stats(w: JobWindow) -> StragglerStats | None:
     )
 
 
+def _episode_over(st: StragglerStats) -> bool:
+    """The candidate's GPU was throttled for most of its slow period but is not now: a throttle
+    that came and went is an episode (fleet health), not a persistent straggler. Without it the
+    long rule named the GPU of a degrading job the moment an episode of 55–56 samples ended
+    (the segment's mean lead, block wins and length then all pass): gpu_degrading seeds 20 and
+    23 at random sizes, `--prefix-alarms`, 95 and 107 s after the onset."""
+    thr = st.throttled
+    if thr is None or not len(st.times) - st.start:
+        return False
+    mine = thr[st.rank_row, st.start :]
+    return bool(mine.mean() >= 0.5 and not mine[-1])
+
+
 def _is_persistent(st: StragglerStats) -> bool:
     return (
         st.tstat >= PERSISTENT_TSTAT
@@ -345,6 +358,7 @@ def _is_persistent(st: StragglerStats) -> bool:
         and st.block_win >= PERSISTENT_BLOCK_WIN
         and len(st.times) - st.start >= PERSISTENT_MIN_SAMPLES
         and st.others_dispersion < PERSISTENT_MAX_OTHERS_DISPERSION
+        and not _episode_over(st)
     )
 
 

@@ -163,3 +163,22 @@ def test_a_gpu_slightly_slow_all_along_does_not_hide_a_new_straggler() -> None:
     found = detect_slow_rank(_prefix(sync, n))
     assert [f.subject["rank"] for f in found] == [2]
     assert found[0].slowdown_pct is not None and found[0].slowdown_pct >= 5.0
+
+
+@pytest.mark.parametrize(("throttled_for", "named"), [(56, False), (None, True)])
+def test_the_long_rule_names_a_throttled_gpu_only_while_its_throttle_lasts(
+    throttled_for: int | None, named: bool
+) -> None:
+    # 56 samples of HW slowdown then none (a degrading GPU's episode, gpu_degrading seeds 20
+    # and 23 at random sizes), against a throttle that is still on: the newest sample, 60
+    # samples after the onset, decides
+    rng = np.random.default_rng(11)
+    n, onset = 200, 140
+    end = onset + (throttled_for or n)
+    sync = healthy_sync(rng, n=n)
+    sync[:, onset:end] += 200.0
+    sync[3, onset:end] = 60.0 + rng.normal(0, 10.0, min(end, n) - onset)
+    bits = np.zeros(sync.shape)
+    bits[3, onset:end] = signals.THROTTLE_HW_SLOWDOWN
+    found = detect_slow_rank(_prefix(sync, n, bits))
+    assert [f.subject["rank"] for f in found] == ([3] if named else [])
