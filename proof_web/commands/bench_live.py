@@ -480,12 +480,16 @@ def _cpu_lines(
     return lines
 
 
+JOBS_SHOWN = 8
+
+
 def _read_kind_lines(
     jobs: Sequence[dict[str, Any]], gpus_per_job: dict[tuple[int, int], int]
 ) -> list[str]:
     """Which of the evaluations read more than their delta, from the probe's per-entry read
-    counters (a task's reads are the growth since the previous task of its process), and
-    each job's runs and CPU."""
+    counters (a task's reads are the growth since the previous task of its process: with
+    several threads a worker, another thread's read can be counted with it), and the runs and
+    CPU of the JOBS_SHOWN costliest jobs."""
     kinds: dict[str, list[float]] = {"full": [], "added series": [], "delta": []}
     previous: dict[int, dict[str, list[int]]] = {}
     for e in sorted(jobs, key=lambda e: float(e["t"])):
@@ -512,7 +516,9 @@ def _read_kind_lines(
     for e in jobs:
         if len(e["args"]) >= 2:
             per_job.setdefault((e["args"][0], e["args"][1]), []).append(float(e["cpu_s"]))
-    for (op, pk), cpu in sorted(per_job.items()):
+    # The costliest few (a family run has one small job per scenario and seed).
+    costliest = sorted(per_job.items(), key=lambda item: -sum(item[1]))[:JOBS_SHOWN]
+    for (op, pk), cpu in sorted(costliest):
         lines.append(
             f"    job {op}:{pk} ({gpus_per_job.get((op, pk), 0)} GPUs): {len(cpu)} runs, "
             f"{sum(cpu):.1f} s CPU, median {np.median(cpu) * 1000:.0f} ms, "
