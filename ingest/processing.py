@@ -370,8 +370,8 @@ class _SeriesSection:
 
 # Agent id → its last series section (only the server's WireBatch parse has one). An agent
 # sends the same series batch after batch: decoding 850 of them is ~4 ms of the batch's CPU,
-# comparing the bytes with the last ones ~0.05 ms. Bounded (~200 KB an 850-series agent);
-# the oldest entry goes first.
+# comparing the bytes with the last ones ~0.05 ms. Bounded (~250 KB an 850-series agent, its
+# memo included); the oldest entry goes first.
 MAX_SERIES_SECTIONS = 2048
 _series_sections: dict[str, _SeriesSection] = {}
 _sections_lock = threading.Lock()
