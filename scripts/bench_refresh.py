@@ -37,7 +37,7 @@ import django
 django.setup()
 
 from contract.wire.encode import BatchBuilder  # noqa: E402
-from engine.window import build_job_window  # noqa: E402
+from engine.window import JobWindow, build_job_window  # noqa: E402
 from ingest import blocks  # noqa: E402
 from ingest import selectors as ingest_selectors  # noqa: E402
 from ingest import services as ingest_services  # noqa: E402
@@ -132,6 +132,20 @@ def _digest(entry: window_cache._Entry) -> str:
     return h.hexdigest()[:16]
 
 
+def _window_bytes(window: JobWindow) -> bytes:
+    """A window's times, matrices and node series as bytes."""
+    parts = [window.times.tobytes()]
+    for matrices in (window.gpu, window.proc):
+        for name in sorted(matrices):
+            parts += [name.encode(), matrices[name].tobytes()]
+    if window.worker_cpu is not None:
+        parts.append(window.worker_cpu.tobytes())
+    for node in sorted(window.node_series):
+        for s in sorted(window.node_series[node], key=lambda s: repr(s.info)):
+            parts += [repr(s.info).encode(), s.ts.tobytes(), s.values.tobytes()]
+    return b"".join(parts)
+
+
 def _refreshes(
     operator_id: int, job: str, start: float, end: float, args: argparse.Namespace
 ) -> None:
@@ -140,6 +154,7 @@ def _refreshes(
     t1 = start + args.start
     costs: list[tuple[float, float]] = []
     builds: list[float] = []
+    windows = hashlib.sha256()  # every window's matrices and raw series, to compare codes
     profile = cProfile.Profile() if args.profile else None
     with tenant_context(operator_id):
         while t1 <= end:
@@ -173,6 +188,7 @@ def _refreshes(
                 )
                 entry.matrices = window.matrices
                 builds.append(time.thread_time() - began)
+                windows.update(_window_bytes(window))
             t1 += args.every
     entry = cache.entry(operator_id, job)
     if profile is not None:
@@ -188,7 +204,8 @@ def _refreshes(
     if builds:
         print(
             f"window builds: median {statistics.median(builds[1:] or builds) * 1e3:.1f} ms"
-            f" after the first ({builds[0] * 1e3:.1f} ms)"
+            f" after the first ({builds[0] * 1e3:.1f} ms), windows' digest"
+            f" {windows.hexdigest()[:16]}"
         )
     print(
         f"held series {len(entry.series)} + node {sum(map(len, entry.node_series.values()))},"
