@@ -34,6 +34,7 @@ def note_stored_batch(
     prompt_jobs: set[int] = set()
     prompt_nodes: set[int] = set()
     severe_jobs: set[int] = set()
+    severe_nodes: set[int] = set()
     if batch is not None:
         signs = SCREEN.look(
             batch.series, batch.counts, batch.values, batch.logs, batch.events, batch.ts_ms
@@ -44,6 +45,7 @@ def note_stored_batch(
         prompt_jobs = {jobs[j] for j in signs.prompt_jobs if j in jobs}
         prompt_nodes = {nodes[n] for n in signs.prompt_nodes if n in nodes}
         severe_jobs = {jobs[j] for j in signs.severe_jobs if j in jobs}
+        severe_nodes = {nodes[n] for n in signs.severe_nodes if n in nodes}
     services.note_job_data(
         operator_id,
         job_spans,
@@ -53,4 +55,5 @@ def note_stored_batch(
         prompt_jobs=prompt_jobs,
         prompt_nodes=prompt_nodes,
         severe_jobs=severe_jobs,
+        severe_nodes=severe_nodes,
     )

@@ -117,6 +117,7 @@ def note_job_data(
     prompt_jobs: Iterable[int] | None = None,
     prompt_nodes: Iterable[int] | None = None,
     severe_jobs: Iterable[int] | None = None,
+    severe_nodes: Iterable[int] | None = None,
 ) -> list[int]:
     """Ingest stored data for these jobs (job pk → (first ts, last ts) in the batch), and
     samples without a job on these nodes (node pk → span), which count for the running jobs
@@ -127,10 +128,10 @@ def note_job_data(
     for `urgent_jobs` and the running jobs on `urgent_nodes` (their batch showed a sign) unless
     settled; else at most once per ROUTINE_S. The urgent ones among `prompt_jobs` /
     `prompt_nodes` (a happening, not only a lasting condition; None: all of them) are never
-    backed off (URGENT_MAX_S). Of those, the ones not among `severe_jobs` (their batch showed
-    only notices: a save line, a young job; None: none are) and not prompted through a node
-    are held to the notices' share of a costly job's CPU (cadence.NOTICE_CPU_SHARE). Returns
-    the job pks it scheduled."""
+    backed off (URGENT_MAX_S). Of those, the ones not among `severe_jobs` and not on
+    `severe_nodes` (their batch showed only notices: a save line, a young job, a corrected
+    error counted; None: every prompt one is severe) are held to the notices' share of a
+    costly job's CPU (cadence.NOTICE_CPU_SHARE). Returns the job pks it scheduled."""
     now = now or datetime.now(UTC)
     spans = dict(spans)
     urgent = set(urgent_jobs)
@@ -138,6 +139,7 @@ def note_job_data(
     prompt = set(urgent) if prompt_jobs is None else set(prompt_jobs)
     prompt_on = hot_nodes if prompt_nodes is None else set(prompt_nodes)
     severe = set(prompt) if severe_jobs is None else set(severe_jobs)
+    severe_on = prompt_on if severe_nodes is None else set(severe_nodes)
     with tenant_context(operator_id):
         if node_spans:
             running = ingest_selectors.running_jobs_on_nodes(operator_id, node_spans)
@@ -159,6 +161,7 @@ def note_job_data(
                     urgent.add(job_pk)
                 if node_pk in prompt_on:
                     prompt.add(job_pk)
+                if node_pk in severe_on:
                     severe.add(job_pk)
         if not spans:
             return []

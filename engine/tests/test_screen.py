@@ -72,6 +72,25 @@ def test_error_counters_and_hardware_throttling_are_signs_traffic_is_not() -> No
     assert hot.prompt_jobs == set()  # a lasting condition: the scheduler may back it off
 
 
+def test_a_corrected_error_counted_is_a_notice_a_fault_counted_a_happening() -> None:
+    screen = BatchScreen()
+    port = labels_key({"port": "1"})
+    symbol = SeriesInfo("ib.symbol_error", NODE, "", None, None, "", None, None, port)
+    downed = SeriesInfo("ib.link_downed", NODE, "", None, None, "", None, None, port)
+    crc = _gpu(signals.DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL, 0, "job-1")
+    dbe = _gpu(signals.DCGM_FI_DEV_ECC_DBE_VOL_TOTAL, 0, "job-1")
+    rows = {symbol: 3.0, downed: 0.0, crc: 7.0, dbe: 0.0}
+    _look(screen, rows, 0.0)
+    # A healthy port trickling symbol errors, an NVLink retrying a flit: notices.
+    trickle = _look(screen, {**rows, symbol: 4.0, crc: 8.0}, 100.0)
+    assert trickle.prompt_nodes == {NODE} and trickle.severe_nodes == set()
+    assert trickle.prompt_jobs == {"job-1"} and trickle.severe_jobs == set()
+    # The link going down, a double-bit ECC error: happenings.
+    fault = _look(screen, {**rows, symbol: 4.0, crc: 8.0, downed: 1.0, dbe: 1.0}, 101.0)
+    assert fault.severe_nodes == {NODE}
+    assert fault.severe_jobs == {"job-1"}
+
+
 def test_a_gpu_drifting_from_its_peers_is_a_sign_jitter_is_not() -> None:
     rng = np.random.default_rng(3)
     screen = BatchScreen()
