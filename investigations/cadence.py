@@ -72,12 +72,13 @@ COST_TTL_S = 600.0
 # and hang signs (183 evaluations at 552 ms in 600 s, a third of all detection CPU), and a
 # healthy one saving to local disk every 2-3 s on its save lines.
 HAPPENING_CPU_SHARE = 0.05
-# Notices (engine/screen.py: a save's log line, a young job's first minute) are what a healthy
-# job shows in its normal course, so a costly job's are held to 1% of a core: its evaluations
-# run once the last one is cost / NOTICE_CPU_SHARE behind (a 200-GPU job's ~450 ms one every
-# ~45 s; a 4-GPU job's ~20 ms one at most 2 s, the urgent debounce). On the fleet bench
-# (2026-12-04, 18:31) the two 200-GPU jobs that save every few seconds, one healthy and one
-# stalling, took 55 of the 91 s of evaluation CPU at the happenings' 5%, every 7-13 s each.
+# Notices (engine/screen.py: a save's log line, a young job's first minute, a corrected-error
+# counter that moved) are what a healthy job shows in its normal course, so a costly job's are
+# held to 1% of a core: its evaluations run once the last one is cost / NOTICE_CPU_SHARE
+# behind (a 200-GPU job's ~450 ms one every ~45 s; a 4-GPU job's ~20-30 ms one within 2-3 s).
+# On the fleet bench (2026-12-04, 18:31) two healthy 200-GPU jobs took 55 of the 91 s of
+# evaluation CPU at the happenings' 5%, every 7-13 s each: one on its save lines, one on its
+# nodes' trickling InfiniBand symbol errors.
 NOTICE_CPU_SHARE = 0.01
 # A fan-out evaluation waiting in the queue keeps the next passes from queueing another for
 # the same job, up to this long (a lost task: the next pass after it queues one again).

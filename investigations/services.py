@@ -257,6 +257,12 @@ class EvaluationResult:
     window: tuple[float, float] | None = None
 
 
+def _evaluation_cpu_s() -> float:
+    """This thread's CPU so far plus what the decode pool spent on its reads: an evaluation's
+    cost is the growth of it."""
+    return time.thread_time() + ingest_selectors.caller_pool_cpu_s()
+
+
 def evaluate_job(operator_id: int, job_pk: int) -> EvaluationResult:
     """Run the detectors over the job's sliding window and merge their verdicts.
 
@@ -268,8 +274,7 @@ def evaluate_job(operator_id: int, job_pk: int) -> EvaluationResult:
     with cadence.evaluation_lock(f"job:{operator_id}:{job_pk}") as acquired:
         if not acquired:
             return EvaluationResult("busy")
-        # The evaluation's cost: its thread's CPU and what the decode pool spent on its reads.
-        began_cpu = time.thread_time() + ingest_selectors.caller_pool_cpu_s()
+        began_cpu = _evaluation_cpu_s()
         with tenant_context(operator_id):
             job = ingest_selectors.job_by_pk(operator_id, job_pk)
             activity = JobActivity.objects.for_tenant(operator_id).filter(job_id=job_pk).first()
@@ -344,7 +349,7 @@ def evaluate_job(operator_id: int, job_pk: int) -> EvaluationResult:
             job_pk,
             bool(verdicts),
             bool(merge.created or merge.revised),
-            cpu_s=time.thread_time() + ingest_selectors.caller_pool_cpu_s() - began_cpu,
+            cpu_s=_evaluation_cpu_s() - began_cpu,
             cold=entry.full_reads != full_reads,
         )
         if not held:  # a held period is evaluated again when the hold is released
